@@ -1,0 +1,453 @@
+"""`sweeps` command line: parses, prints, maps errors to exit codes. The work is in sweeps.api.
+
+Exit codes: 0 ok, 1 failure at run time, 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sweeps.errors import SpecError, SweepsError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Hyperparameter sweeps for PyTorch: Optuna drives, Ray Train runs, MLflow remembers.",
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(e: BaseException) -> None:
+    code = e.exit_code if isinstance(e, SweepsError) else 1
+    msg = " ".join(str(e).split()) or type(e).__name__
+    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@app.command()
+def run(
+    spec: Path = typer.Argument(..., help="YAML spec (see conf/)."),
+    name: str | None = typer.Option(None, help="Sweep name (default: the spec's)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
+    trials: int | None = typer.Option(None, help="budget.trials"),
+    parallel: int | None = typer.Option(None, help="budget.parallel (lanes)"),
+    enqueue: Path | None = typer.Option(
+        None, help="JSON file: a list of param dicts to try first."
+    ),
+    join: bool = typer.Option(
+        False, help="Join a running sweep of this name (same as re-running)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+) -> None:
+    """Run a sweep (or continue / join the sweep of that name)."""
+    from sweeps import api
+    from sweeps.spec import load_spec
+
+    try:
+        overrides = list(set_)
+        if trials is not None:
+            overrides.append(f"budget.trials={trials}")
+        if parallel is not None:
+            overrides.append(f"budget.parallel={parallel}")
+        s = load_spec(spec, overrides, name=name)
+        api.validate_spec(s)
+        queued = _read_enqueue(enqueue) if enqueue else None
+        progress = None if as_json else _progress(s)
+        outcome = api.run(s, callbacks=[progress] if progress else None, enqueue=queued)
+    except SweepsError as e:
+        _fail(e)
+        return
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130) from None
+    if progress:
+        progress.close()
+    doc = api.show(outcome.name, outcome.storage_url)
+    for e in outcome.errors[:3]:
+        err.print(f"[yellow]warning:[/] tracking write failed: {e}", highlight=False)
+    if as_json:
+        print(
+            api.dumps(
+                {
+                    k: doc[k]
+                    for k in ("name", "best", "trials", "mlflow_experiment_id", "parent_run_id")
+                }
+                | {"state": outcome.state, "stop_reason": outcome.reason}
+            )
+        )
+    else:
+        _print_summary(doc, outcome)
+    if outcome.state == "interrupted":
+        raise typer.Exit(130)
+    if outcome.state == "failed":
+        raise typer.Exit(1)
+
+
+def _read_enqueue(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"--enqueue {path}: {' '.join(str(e).split())}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise SpecError(f"--enqueue {path}: expected a JSON object or a list of objects")
+    return data
+
+
+def _progress(spec: Any) -> Any:
+    from sweeps.progress import RichProgress
+
+    return RichProgress(spec, err)
+
+
+def _print_summary(doc: dict[str, Any], outcome: Any) -> None:
+    c = doc["counts"]
+    out.print(
+        f"[bold]{doc['name']}[/]: {outcome.state} ({outcome.reason}); "
+        + ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())),
+        highlight=False,
+    )
+    if doc["best"]:
+        b = doc["best"]
+        out.print(
+            f"best trial #{b['number']}: {doc['objective']} = {_fmt(b['value'])}  "
+            f"params {json.dumps(b['params'])}",
+            highlight=False,
+        )
+    out.print(
+        f"MLflow: experiment {doc['mlflow_experiment_id']}, parent run {doc['parent_run_id']}"
+        f"  (sweeps ui)",
+        highlight=False,
+    )
+
+
+@app.command()
+def validate(
+    spec: Path = typer.Argument(...),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
+) -> None:
+    """Check a spec without running anything."""
+    from sweeps import api
+
+    try:
+        s = api.validate(spec, set_)
+    except SweepsError as e:
+        _fail(e)
+        return
+    out.print(
+        f"ok: {s.name} — {len(s.search_space)} parameters, {s.budget.trials} trials, "
+        f"{s.budget.parallel} parallel, sampler {s.sampler.name}, pruner {s.pruner.name}",
+        highlight=False,
+    )
+
+
+@app.command("ls")
+def ls_(
+    storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List sweeps: state, trials by state, best value, cost and wall time."""
+    from sweeps import api
+
+    try:
+        rows = api.ls(storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(api.dumps(rows))
+        return
+    table = Table(
+        "sweep", "state", "complete", "pruned", "failed", "running", "best", "cost $", "wall s"
+    )
+    for r in rows:
+        t = r["trials"]
+        table.add_row(
+            r["name"],
+            r["state"],
+            *(str(t.get(k, 0)) for k in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+            _fmt(r["best"]),
+            _fmt(r["cost_usd"]),
+            _fmt(r["wall_s"]),
+        )
+    out.print(table)
+
+
+@app.command()
+def show(
+    name: str = typer.Argument(...),
+    storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One sweep: every trial with its state, value, params and MLflow run."""
+    from sweeps import api
+
+    try:
+        doc = api.show(name, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(api.dumps(doc))
+        return
+    table = Table(
+        "#",
+        "state",
+        doc["objective"] or "value",
+        "params",
+        "s",
+        "mlflow run",
+        title=f"{name} ({doc['state']})",
+    )
+    for t in doc["trials"]:
+        table.add_row(
+            str(t["number"]),
+            t["state"],
+            _fmt(t["value"]),
+            json.dumps(t["params"])[:60],
+            _fmt(t["duration_s"]),
+            (t["mlflow_run_id"] or "-")[:12],
+        )
+    out.print(table)
+    if doc["best"]:
+        out.print(f"best: #{doc['best']['number']} = {_fmt(doc['best']['value'])}", highlight=False)
+
+
+@app.command()
+def stop(
+    name: str = typer.Argument(...),
+    storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
+) -> None:
+    """Ask a running sweep (from any terminal or machine) to stop launching trials."""
+    from sweeps import api
+
+    try:
+        api.stop(name, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    out.print(f"stop requested for {name}: running trials finish, no new ones start")
+
+
+def _quiet() -> None:
+    """Library chatter (table creation, study created) is noise next to our own output."""
+    import logging
+
+    for name in ("mlflow", "optuna", "alembic", "ray"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@app.command()
+def resume(
+    name: str = typer.Argument(...),
+    storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Finish a sweep whose driver died: stale RUNNING trials are re-queued, budget completed."""
+    from sweeps import api
+
+    try:
+        outcome = api.resume(name, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    doc = api.show(outcome.name, outcome.storage_url)
+    if as_json:
+        print(api.dumps(doc | {"state": outcome.state, "stop_reason": outcome.reason}))
+    else:
+        _print_summary(doc, outcome)
+    if outcome.state == "interrupted":
+        raise typer.Exit(130)
+
+
+@app.command()
+def report(
+    name: str = typer.Argument(...),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Folder (default .sweeps/reports/NAME)."
+    ),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+) -> None:
+    """Write the learning log: Markdown + HTML with the plots embedded."""
+    from sweeps import api
+
+    try:
+        files = api.report(name, str(out_dir) if out_dir else None, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    out.print(f"report: {files['markdown']}\n        {files['html']}", highlight=False)
+
+
+@app.command()
+def note(
+    name: str = typer.Argument(...),
+    text: str = typer.Argument(..., help="What went wrong and how it was solved."),
+    trial: int | None = typer.Option(None, help="Attach to this trial's run (default: the sweep)."),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+) -> None:
+    """Record a problem/solution note (an MLflow run note; it appears in the report)."""
+    from sweeps import api
+
+    try:
+        run_id = api.note(name, text, trial, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    out.print(f"noted on run {run_id}")
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(...),
+    b: str = typer.Argument(...),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Two sweeps side by side: best value, params, cost, wall time, trials by state."""
+    from sweeps import api
+
+    try:
+        doc = api.compare(a, b, storage)
+    except SweepsError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(api.dumps(doc))
+        return
+    table = Table("", a, b)
+    da, db = doc[a], doc[b]
+    table.add_row("objective", _fmt(da["objective"]), _fmt(db["objective"]))
+    table.add_row("best", _fmt(da["best"]), _fmt(db["best"]))
+    table.add_row("cost $", _fmt(da["cost_usd"]), _fmt(db["cost_usd"]))
+    table.add_row("wall s", _fmt(da["wall_s"]), _fmt(db["wall_s"]))
+    for state in sorted(set(da["trials"]) | set(db["trials"])):
+        table.add_row(
+            state.lower(), str(da["trials"].get(state, 0)), str(db["trials"].get(state, 0))
+        )
+    for k in sorted(set(da["best_params"]) | set(db["best_params"])):
+        table.add_row(f"best {k}", _fmt(da["best_params"].get(k)), _fmt(db["best_params"].get(k)))
+    out.print(table)
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(...),
+    trial: int | None = typer.Option(None, help="Trial number (default: the latest)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing while it runs."),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+) -> None:
+    """Print a trial's worker output (stdout/stderr captured per trial)."""
+    import time
+
+    from sweeps import api
+
+    try:
+        number, text = api.logs(name, trial, storage)
+        sys.stdout.write(text)
+        shown = len(text)
+        while follow:
+            time.sleep(1.0)
+            doc = api.show(name, storage)
+            state = next((t["state"] for t in doc["trials"] if t["number"] == number), "")
+            _, text = api.logs(name, number, storage)
+            sys.stdout.write(text[shown:])
+            sys.stdout.flush()
+            shown = len(text)
+            if state != "RUNNING":
+                break
+    except SweepsError as e:
+        _fail(e)
+
+
+@app.command()
+def ui(
+    port: int = typer.Option(5000, help="MLflow UI port."),
+    dashboard_port: int = typer.Option(8080, help="optuna-dashboard port."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback unless you say so)."),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+) -> None:
+    """Start the MLflow UI and optuna-dashboard on the embedded stores; Ctrl-C stops both."""
+    import subprocess
+
+    from sweeps import paths
+
+    uri = paths.tracking_uri()
+    url = paths.storage_url(storage)
+    bindir = Path(sys.executable).parent
+    procs = []
+    if uri.startswith(("sqlite", "postgresql", "file:", "/")):
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(bindir / "mlflow"),
+                    "ui",
+                    "--backend-store-uri",
+                    uri,
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                ]
+            )
+        )
+        out.print(f"MLflow UI:        http://{host}:{port}")
+    else:
+        out.print(f"MLflow UI:        {uri} (a tracking server)")
+    procs.append(
+        subprocess.Popen(
+            [str(bindir / "optuna-dashboard"), url, "--host", host, "--port", str(dashboard_port)]
+        )
+    )
+    out.print(f"optuna-dashboard: http://{host}:{dashboard_port}")
+    try:
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        raise typer.Exit(130) from None
+
+
+def main() -> None:
+    _quiet()
+    try:
+        app()
+    except SweepsError as e:  # pragma: no cover - commands catch their own
+        err.print(f"error: {e}")
+        sys.exit(e.exit_code)
+    except Exception as e:
+        # A bug of ours or a service failing in an unexpected way: one line, exit 1; the
+        # traceback is there for whoever asks for it.
+        if os.environ.get("SWEEPS_DEBUG"):
+            raise
+        msg = " ".join(str(e).split())[:500]
+        err.print(
+            f"error: {type(e).__name__}: {msg} (SWEEPS_DEBUG=1 shows the traceback)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

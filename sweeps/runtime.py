@@ -1,0 +1,139 @@
+"""What training code calls on a Ray Train worker: report, get_checkpoint, context, TrialPruned.
+
+The built-in loop (`trainer.loop`) uses exactly this API, so user code ("bring your own") and
+built-in trials look the same to the driver and in MLflow. Every call is lockstep across ranks:
+all ranks call `report` once per epoch and get the same decision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrialPruned(Exception):  # noqa: N818 - the name users know from Optuna
+    """Raised by :func:`report` on every rank when the pruner stops the trial."""
+
+
+@dataclass
+class TrialContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any
+    data_dir: str | None
+    trial_number: int
+    seed: int
+    params: dict[str, Any]
+    lane_id: str = ""
+    seq: int = 0
+    broker: Any = None
+    checkpoint_every: int = 1
+    step: int = 0
+    restarts: int = 0
+    resume_from: Any = None  # a ray.train.Checkpoint of this trial, after a restart
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+_CTX: TrialContext | None = None
+
+META = "sweeps_meta.json"
+
+
+def context() -> TrialContext:
+    """Rank, world size, local rank, device, data dir and trial number of the running trial."""
+    if _CTX is None:
+        raise RuntimeError("sweeps.context() is only available inside a trial on a worker")
+    return _CTX
+
+
+def _set_context(ctx: TrialContext | None) -> None:
+    global _CTX
+    _CTX = ctx
+
+
+def _check_finite(metrics: dict[str, float], step: int) -> None:
+    for k, v in metrics.items():
+        if not math.isfinite(v):
+            raise FloatingPointError(f"metric '{k}' is {v} at step {step}: stopped early")
+
+
+def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> None:
+    """Report one epoch's metrics (every rank, once per epoch).
+
+    Pass `checkpoint_dir` (a folder you just saved into) on rank 0 to make the epoch resumable;
+    other ranks may pass None. Rank 0's metrics go to the driver, which records them and asks
+    the pruner; every rank gets the same answer and raises :class:`TrialPruned` together. A
+    non-finite metric fails the trial at once instead of training a diverged model to the end.
+    """
+    import ray
+
+    ctx = context()
+    ctx.step += 1
+    clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+    _check_finite(clean, ctx.step)
+    _ship_output(ctx)
+    due = bool(ctx.checkpoint_every) and ctx.step % ctx.checkpoint_every == 0
+    persist = due and checkpoint_dir is not None
+    if ctx.broker is not None:
+        decision, persist = ray.get(
+            ctx.broker.report.remote(
+                ctx.lane_id, ctx.seq, ctx.step, clean if ctx.rank == 0 else None, persist
+            )
+        )
+        if decision == "prune":
+            raise TrialPruned(f"pruned at step {ctx.step}")
+        if decision == "cancel":
+            raise TrialPruned(f"cancelled at step {ctx.step}")
+    # Only epochs with something to save pay for Ray Train's report (a barrier + upload); rank
+    # 0 decides, so ranks that pass no directory still join the barrier.
+    if persist and due:
+        _persist(ctx, clean, checkpoint_dir)
+
+
+def _ship_output(ctx: TrialContext) -> None:
+    """Rank 0 sends what the trial printed since the last epoch, for `sweeps logs --follow`."""
+    buf = ctx.extras.get("log_buf")
+    if buf is None or ctx.rank != 0 or ctx.broker is None:
+        return
+    text = buf.getvalue()
+    start = ctx.extras.get("log_sent", 0)
+    if len(text) > start:
+        ctx.broker.log.remote(ctx.lane_id, ctx.seq, text[start:])  # fire and forget
+        ctx.extras["log_sent"] = len(text)
+
+
+def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str | None) -> None:
+    """Hand the epoch's checkpoint to Ray Train (a barrier: every rank calls it)."""
+    import ray.train
+
+    ckpt = None
+    if checkpoint_dir is not None and ctx.rank == 0:
+        with open(os.path.join(checkpoint_dir, META), "w") as f:
+            json.dump({"trial_number": ctx.trial_number, "seq": ctx.seq, "step": ctx.step}, f)
+        ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir)
+    ray.train.report(
+        {**metrics, "trial_number": ctx.trial_number, "step": ctx.step},
+        checkpoint=ckpt,
+        checkpoint_dir_name=f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}",
+    )
+
+
+def get_checkpoint() -> str | None:
+    """The directory to resume this trial from after a lost worker, or None to start fresh."""
+    ctx = context()
+    ckpt = ctx.resume_from
+    if ckpt is None:
+        return None
+    local = ctx.extras.get("resume_dir")
+    if local is None:
+        local = tempfile.mkdtemp(prefix=f"sweeps-resume-{ctx.trial_number}-")
+        ckpt.to_directory(local)
+        ctx.extras["resume_dir"] = local
+    with open(os.path.join(local, META)) as f:
+        ctx.step = int(json.load(f)["step"])
+    return local

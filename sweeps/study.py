@@ -1,0 +1,142 @@
+"""The Optuna side: open a study in its storage, link it to MLflow, recover after a dead driver.
+
+Only the driver calls the writing functions here (it is the one writer to Optuna).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from sweeps.errors import NotFoundError, ServiceError, SpecError
+from sweeps.paths import ensure_local_dirs
+
+if TYPE_CHECKING:
+    import optuna
+
+    from sweeps.spec import Spec
+
+HEARTBEAT_S = 10.0
+STALE_AFTER_S = 45.0
+
+
+def _storage(url: str) -> Any:
+    import optuna
+    import sqlalchemy.exc
+
+    ensure_local_dirs(url)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs = {"connect_args": {"timeout": 30}}
+    else:
+        kwargs = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ModuleNotFoundError) as e:
+        raise ServiceError(f"Optuna storage {_safe(url)} is unusable: {_one_line(e)}") from None
+    except ValueError as e:
+        raise SpecError(f"storage: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300]
+
+
+def _safe(url: str) -> str:
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def open_study(spec: Spec, storage_url: str) -> optuna.Study:
+    """Create the sweep's study, or load it to continue / join it."""
+    import optuna
+
+    from sweeps.samplers import make_pruner, make_sampler
+
+    storage = _storage(storage_url)
+    sampler = make_sampler(spec)
+    pruner = make_pruner(spec.pruner)
+    direction = spec.objective.direction
+    try:
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction=direction,
+            load_if_exists=True,
+        )
+    except ValueError as e:
+        raise SpecError(f"objective: {_one_line(e)}") from None
+    want = (
+        optuna.study.StudyDirection.MAXIMIZE
+        if direction == "maximize"
+        else (optuna.study.StudyDirection.MINIMIZE)
+    )
+    if study.directions != [want]:
+        raise SpecError(
+            f"objective.direction: sweep '{spec.name}' exists with direction "
+            f"{study.directions[0].name.lower()}; use another --name"
+        )
+    attrs = study.user_attrs
+    prev = attrs.get("sweeps.objective")
+    if prev and prev != spec.objective.metric:
+        raise SpecError(
+            f"objective.metric: sweep '{spec.name}' exists optimizing '{prev}'; use another --name"
+        )
+    if not prev:
+        study.set_user_attr("sweeps.objective", spec.objective.metric)
+        study.set_user_attr("sweeps.created", time.time())
+    return study
+
+
+def load_study(name: str, storage_url: str) -> optuna.Study:
+    """Read-only access for show/ls/report; unknown names are the user's typo (exit 2)."""
+    import optuna
+
+    storage = _storage(storage_url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        known = [s.study_name for s in storage.get_all_studies()]
+        hint = f" (known: {', '.join(known[:10])})" if known else " (no sweeps yet)"
+        raise NotFoundError(f"no sweep named '{name}' in {_safe(storage_url)}{hint}") from None
+
+
+def heartbeat(study: optuna.Study, driver_id: str) -> None:
+    study.set_user_attr(f"sweeps.driver.{driver_id}", time.time())
+
+
+def live_drivers(study: optuna.Study, now: float | None = None) -> set[str]:
+    now = now or time.time()
+    return {
+        k.removeprefix("sweeps.driver.")
+        for k, v in study.user_attrs.items()
+        if k.startswith("sweeps.driver.") and isinstance(v, int | float) and now - v < STALE_AFTER_S
+    }
+
+
+def stale_running(study: optuna.Study, me: str) -> list[optuna.trial.FrozenTrial]:
+    """RUNNING trials whose driver stopped beating: left behind by a crash (optuna#3215)."""
+    import optuna
+
+    live = live_drivers(study) - {me}
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return [t for t in running if t.user_attrs.get("sweeps.driver") not in live]
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """Trials that use up the budget: all but the waiting ones and the re-queued stale ones."""
+    import optuna
+
+    S = optuna.trial.TrialState  # noqa: N806
+    storage, sid = study._storage, study._study_id
+    n = storage.get_n_trials(sid, (S.COMPLETE, S.PRUNED, S.FAIL, S.RUNNING))
+    return n - int(study.user_attrs.get("sweeps.requeued", 0))
+
+
+def stop_requested(study: optuna.Study, since: float) -> bool:
+    """`sweeps stop NAME` writes a timestamp into the study; drivers poll for it."""
+    ts = study._storage.get_study_user_attrs(study._study_id).get("sweeps.stop_requested")
+    return isinstance(ts, int | float) and ts >= since

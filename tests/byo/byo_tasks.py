@@ -1,0 +1,76 @@
+"""Training functions written against the public `sweeps` API, used by the lane tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+
+import sweeps
+
+
+def curve(config):
+    """A fake learning curve: converges faster for larger lr."""
+    ctx = sweeps.context()
+    acc = 0.0
+    for e in range(int(config["epochs"])):
+        acc = 1 - 0.9 ** ((e + 1) * config["lr"] * 100)
+        sweeps.report({"val_accuracy": acc, "epoch": e + 1})
+    print(f"trial {ctx.trial_number} done on rank {ctx.rank}")
+    return {"val_accuracy": acc}
+
+
+def init_weights(config):
+    """Reports a checksum of freshly built weights: must depend on the trial seed only."""
+    import torch
+
+    from trainer.models import build_model
+
+    ctx = sweeps.context()
+    torch.manual_seed(ctx.seed)
+    m = build_model("mlp", (1, 8, 8), 10, hidden=16, layers=1)
+    s = float(sum(p.double().sum() for p in m.parameters()))
+    # Leak-bait: a module-level list would carry state across trials; the lane must not care.
+    sweeps.report({"val_accuracy": 0.5, "weights_sum": s, "seed": float(ctx.seed)})
+    return {"val_accuracy": 0.5, "weights_sum": s}
+
+
+def flaky(config):
+    """Raises on every rank for lr above 0.01: a user bug that must FAIL only that trial."""
+    if config["lr"] > 0.01:
+        raise ValueError(f"lr {config['lr']:.4f} is too hot")
+    return curve(config)
+
+
+def nan_loss(config):
+    for e in range(int(config["epochs"])):
+        sweeps.report({"val_accuracy": 0.1, "train_loss": float("nan") if e == 1 else 1.0})
+    return {"val_accuracy": 0.1}
+
+
+def kill_once(config):
+    """SIGKILLs its own worker mid-trial the first time, then resumes from its checkpoint."""
+    ctx = sweeps.context()
+    marker = os.path.join(config["marker_dir"], f"killed-{ctx.trial_number}")
+    start = 0
+    resume = sweeps.get_checkpoint()
+    if resume:
+        with open(os.path.join(resume, "epoch.txt")) as f:
+            start = int(f.read())
+    for e in range(start, int(config["epochs"])):
+        if e == 2 and not os.path.exists(marker) and ctx.rank == 0:
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch.txt"), "w") as f:
+                f.write(str(e + 1))
+            sweeps.report(
+                {"val_accuracy": 0.2 * (e + 1), "resumed_from": float(start)},
+                checkpoint_dir=d if ctx.rank == 0 else None,
+            )
+    return {"val_accuracy": 0.2 * int(config["epochs"]), "resumed_from": float(start)}
+
+
+def no_objective(config):
+    sweeps.report({"accuracy": 0.5})
+    return {"accuracy": 0.5}

@@ -1,0 +1,58 @@
+"""One real local Ray cluster per test session; every test gets its own SWEEPS_HOME."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BYO = Path(__file__).resolve().parent / "byo"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    # 4 logical CPUs on a 2-core machine: two 2-worker lanes fit; the work itself is tiny.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("SWEEPS_HOME", str(h))
+    for var in ("MLFLOW_TRACKING_URI", "SWEEPS_STORAGE", "SWEEPS_CHECKPOINTS", "SWEEPS_ARTIFACTS"):
+        monkeypatch.delenv(var, raising=False)
+    return h
+
+
+def make_spec(**fields):
+    """A small spec built in code (validated like any YAML)."""
+    from sweeps.spec import spec_from_dict
+
+    base = {
+        "name": "t",
+        "objective": {"metric": "val_accuracy", "direction": "maximize"},
+        "search_space": {"lr": {"type": "float", "low": 0.001, "high": 0.02, "log": True}},
+        "sampler": {"name": "tpe", "seed": 1},
+        "pruner": {"name": "none"},
+        "budget": {"trials": 2, "parallel": 1},
+        "trainer": {"model": "mlp", "dataset": "digits", "epochs": 3},
+    }
+    for k, v in fields.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return spec_from_dict(base)
+
+
+def byo(entrypoint: str, **fields):
+    trainer = {"entrypoint": f"byo_tasks:{entrypoint}", "code_dir": str(BYO), "epochs": 3}
+    trainer.update(fields.pop("trainer", {}))
+    return make_spec(trainer=trainer, **fields)

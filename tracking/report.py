@@ -1,0 +1,234 @@
+"""The learning log as a document: what was trained on which data, resources and cost,
+durations, the top trials, the best params, and the notes on problems met and how they were
+solved. `collect` reads the stores; `render_markdown` / `render_html` are pure functions."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+NOTE_TAG = "mlflow.note.content"
+
+
+def collect(name: str, storage_url: str, tracking_uri: str) -> dict[str, Any]:
+    """Everything the report shows, as plain data."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.study import load_study
+
+    study = load_study(name, storage_url)
+    attrs = study.user_attrs
+    client = MlflowClient(tracking_uri)
+    parent_id = attrs.get("sweeps.mlflow_parent_run_id")
+    parent = client.get_run(parent_id) if parent_id else None
+    trials = study.get_trials(deepcopy=False)
+    maximize = study.directions[0].name == "MAXIMIZE"
+    rows = []
+    dataset: dict[str, Any] = {}
+    notes: list[dict[str, Any]] = []
+    resources: dict[str, Any] = {}
+    for t in trials:
+        row = {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value if t.values else None,
+            "params": t.params,
+            "duration_s": t.user_attrs.get("duration_s"),
+            "cost_usd": t.user_attrs.get("cost_usd", 0.0),
+            "gpu_hours": t.user_attrs.get("gpu_hours", 0.0),
+            "error": t.user_attrs.get("sweeps.error"),
+            "restarts": t.user_attrs.get("sweeps.restarts", 0),
+            "run_id": t.user_attrs.get("mlflow_run_id"),
+        }
+        rows.append(row)
+        if row["run_id"]:
+            try:
+                run = client.get_run(row["run_id"])
+            except Exception:
+                continue
+            for inp in run.inputs.dataset_inputs if run.inputs else []:
+                ctx = next((tg.value for tg in inp.tags if tg.key == "mlflow.data.context"), "?")
+                src = json.loads(inp.dataset.source or "{}")
+                prof = json.loads(inp.dataset.profile or "{}")
+                dataset[ctx] = {
+                    "name": inp.dataset.name,
+                    "digest": inp.dataset.digest,
+                    "source": src.get("uri"),
+                    "rows": prof.get("num_rows"),
+                    "split_seed": src.get("split_seed"),
+                }
+            if not resources:
+                resources = {
+                    k.removeprefix("resources."): v
+                    for k, v in run.data.params.items()
+                    if k.startswith("resources.")
+                }
+            if run.data.tags.get(NOTE_TAG):
+                notes.append({"trial": t.number, "text": run.data.tags[NOTE_TAG]})
+            if run.data.tags.get("sweeps.problems"):
+                notes.append(
+                    {"trial": t.number, "text": run.data.tags["sweeps.problems"], "auto": True}
+                )
+        if row["error"]:
+            notes.append({"trial": t.number, "text": f"failed: {row['error']}", "auto": True})
+    if parent is not None and parent.data.tags.get(NOTE_TAG):
+        notes.insert(0, {"trial": None, "text": parent.data.tags[NOTE_TAG]})
+    done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
+    done.sort(key=lambda r: r["value"], reverse=maximize)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    durations = [r["duration_s"] for r in rows if r["duration_s"]]
+    return {
+        "name": name,
+        "objective": attrs.get("sweeps.objective"),
+        "direction": "maximize" if maximize else "minimize",
+        "spec": attrs.get("sweeps.spec", ""),
+        "parent_params": dict(parent.data.params) if parent else {},
+        "parent_run_id": parent_id,
+        "experiment_id": attrs.get("sweeps.mlflow_experiment_id"),
+        "stop_reason": parent.data.tags.get("sweeps.stop_reason") if parent else None,
+        "counts": counts,
+        "top": done[:10],
+        "best": done[0] if done else None,
+        "dataset": dataset,
+        "resources": resources,
+        "cost_usd": sum(r["cost_usd"] or 0 for r in rows),
+        "gpu_hours": sum(r["gpu_hours"] or 0 for r in rows),
+        "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0,
+        "mean_trial_s": statistics.fmean(durations) if durations else 0.0,
+        "trial_seconds": sum(durations),
+        "notes": notes,
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def _f(v: Any, nd: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}g}"
+    return str(v)
+
+
+def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None = None) -> str:
+    """Pure: the report as Markdown; `plots` maps plot name to {"png": relative path}."""
+    p = d["parent_params"]
+    out = [
+        f"# Learning log: {d['name']}",
+        "",
+        f"Generated {d['generated']}. "
+        f"MLflow experiment {d['experiment_id']}, parent run `{d['parent_run_id']}`.",
+        "",
+    ]
+    out += ["## What was trained", ""]
+    out.append(f"- Model: {p.get('trainer.model', '-')} ({p.get('trainer.entrypoint', 'builtin')})")
+    out.append(
+        f"- Objective: {d['objective']} ({d['direction']}); sampler {p.get('sampler', '-')}"
+        f", pruner {p.get('pruner', '-')}"
+    )
+    if d["dataset"]:
+        for ctx, ds in sorted(d["dataset"].items()):
+            out.append(
+                f"- Data ({ctx}): {ds['name']} from `{ds['source']}`, {ds['rows']} rows, "
+                f"digest `{ds['digest']}`, split seed {ds['split_seed']}"
+            )
+    else:
+        out.append("- Data: not recorded (no completed trial logged a dataset)")
+    out += ["", "## Resources and cost", ""]
+    r = d["resources"]
+    out.append(
+        f"- Per trial: {r.get('workers', '-')} workers × {r.get('cpus_per_worker', '-')} "
+        f"CPUs, {r.get('gpus_per_worker', '-')} GPUs each, machine type "
+        f"{r.get('machine_type', '-')}"
+    )
+    out.append(f"- Total cost: ${d['cost_usd']:.4f}; GPU-hours: {d['gpu_hours']:.4f}")
+    out += ["", "## Durations", ""]
+    out.append(
+        f"- Sweep wall time: {d['wall_s']:.1f} s; trial time summed: "
+        f"{d['trial_seconds']:.1f} s; mean trial: {d['mean_trial_s']:.2f} s"
+    )
+    out.append("- Trials: " + ", ".join(f"{k.lower()} {v}" for k, v in sorted(d["counts"].items())))
+    if d["stop_reason"]:
+        out.append(f"- Stopped because: {d['stop_reason']}")
+    out += [
+        "",
+        "## Top trials",
+        "",
+        f"| # | {d['objective']} | duration s | cost $ | params |",
+        "|---|---|---|---|---|",
+    ]
+    for t in d["top"]:
+        params = ", ".join(f"{k}={_f(v)}" for k, v in t["params"].items())
+        out.append(
+            f"| {t['number']} | {_f(t['value'])} | {_f(t['duration_s'], 3)} | "
+            f"{_f(t['cost_usd'], 3)} | {params} |"
+        )
+    out += ["", "## Best params", ""]
+    if d["best"]:
+        out.append(f"Trial {d['best']['number']}, {d['objective']} = {_f(d['best']['value'])}:")
+        out += ["", "```json", json.dumps(d["best"]["params"], indent=2), "```"]
+    else:
+        out.append("No completed trial.")
+    out += ["", "## Notes: problems and solutions", ""]
+    if d["notes"]:
+        for n in d["notes"]:
+            who = f"trial {n['trial']}" if n["trial"] is not None else "sweep"
+            tag = " (recorded automatically)" if n.get("auto") else ""
+            out.append(f"- **{who}**{tag}: {n['text']}")
+    else:
+        out.append('No notes. Add one with `sweeps note NAME "what happened and the fix"`.')
+    out += ["", "## Plots", ""]
+    for name, files in (plots or {}).items():
+        out.append(f"![{name}]({files['png']})")
+    if not plots:
+        out.append("No plots (too few finished trials).")
+    return "\n".join(out) + "\n"
+
+
+def render_html(markdown_text: str, plots: dict[str, dict[str, str]] | None = None) -> str:
+    """Self-contained HTML: the Markdown as preformatted sections plus the plots inlined."""
+    body = []
+    for block in markdown_text.split("\n## "):
+        title, _, rest = block.partition("\n")
+        body.append(f"<h2>{html.escape(title.lstrip('# '))}</h2><pre>{html.escape(rest)}</pre>")
+    for name, files in (plots or {}).items():
+        png = files.get("png")
+        if png and os.path.exists(png):
+            data = base64.b64encode(open(png, "rb").read()).decode()
+            body.append(
+                f"<h3>{html.escape(name)}</h3><img alt='{html.escape(name)}' "
+                f"src='data:image/png;base64,{data}'>"
+            )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>sweeps report</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}pre{white-space:"
+        "pre-wrap}</style></head><body>" + "\n".join(body) + "</body></html>"
+    )
+
+
+def write_report(name: str, storage_url: str, tracking_uri: str, out_dir: str) -> dict[str, str]:
+    from sweeps.study import load_study
+    from tracking.plots import make_plots
+
+    d = collect(name, storage_url, tracking_uri)
+    os.makedirs(out_dir, exist_ok=True)
+    files, plot_notes = make_plots(load_study(name, storage_url), os.path.join(out_dir, "plots"))
+    rel = {k: {f: os.path.relpath(p, out_dir) for f, p in v.items()} for k, v in files.items()}
+    md = render_markdown(d, rel)
+    if plot_notes:
+        md += "\n" + "\n".join(f"- {n}" for n in plot_notes) + "\n"
+    md_path = os.path.join(out_dir, f"{name}.md")
+    html_path = os.path.join(out_dir, f"{name}.html")
+    with open(md_path, "w") as f:
+        f.write(md)
+    with open(html_path, "w") as f:
+        f.write(render_html(md, files))
+    return {"markdown": md_path, "html": html_path}

@@ -1,0 +1,278 @@
+"""The built-in training loop, written against the same API user code gets (`sweeps.runtime`).
+
+Small datasets live as tensors on the worker's device: batches are index gathers, not per-sample
+Python. Each rank trains on a disjoint, equal-sized shard that is reshuffled every epoch, and
+every metric is all-reduced so all ranks agree (and so take the same prune decision).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from sweeps import runtime
+from trainer.data import DatasetBundle, augment_cifar, load_dataset
+from trainer.models import arch_params, build_model, param_count
+
+_DATA: dict[tuple[Any, ...], DatasetBundle] = {}
+_ON_DEVICE: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
+
+
+def dataset(
+    config: dict[str, Any], device: torch.device
+) -> tuple[DatasetBundle, tuple[torch.Tensor, ...]]:
+    """Load once per worker process and keep it on the device across the lane's trials."""
+    key = (
+        config.get("dataset", "digits"),
+        config.get("data_dir"),
+        config.get("val_fraction", 0.2),
+        config.get("split_seed", 0),
+        config.get("limit"),
+    )
+    if key not in _DATA:
+        _DATA[key] = load_dataset(
+            key[0], data_dir=key[1], val_fraction=key[2], seed=key[3], limit=key[4]
+        )
+        _ON_DEVICE.clear()  # a lane serves one dataset at a time; do not hoard device memory
+    b = _DATA[key]
+    dkey = (*key, str(device))
+    if dkey not in _ON_DEVICE:
+        _ON_DEVICE[dkey] = tuple(t.to(device) for t in (b.x_train, b.y_train, b.x_val, b.y_val))
+    return b, _ON_DEVICE[dkey]
+
+
+def shard_indices(n: int, rank: int, world: int, seed: int, epoch: int) -> torch.Tensor:
+    """This rank's shard for an epoch: a seeded permutation, cut into `world` equal disjoint parts.
+
+    The tail that does not divide evenly is dropped (like DistributedSampler(drop_last=True)) so
+    every rank runs the same number of steps and DDP's all-reduces stay in step.
+    """
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    perm = torch.randperm(n, generator=g)
+    per = n // world
+    return perm[rank * per : (rank + 1) * per]
+
+
+def _all_reduce(t: torch.Tensor, world: int) -> torch.Tensor:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+    return t
+
+
+def make_optimizer(model: nn.Module, cfg: dict[str, Any]) -> torch.optim.Optimizer:
+    name = cfg.get("optimizer", "adamw")
+    lr = float(cfg.get("lr", 1e-3))
+    wd = float(cfg.get("weight_decay", 0.0))
+    if name == "sgd":
+        momentum = float(cfg.get("momentum", 0.9))
+        return torch.optim.SGD(
+            model.parameters(),
+            lr=lr,
+            momentum=momentum,
+            weight_decay=wd,
+            nesterov=bool(cfg.get("nesterov", False)) and momentum > 0,
+        )
+    if name in ("adamw", "adam"):
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+    raise ValueError(f"unknown optimizer '{name}' (known: sgd, adamw)")
+
+
+def make_schedule(
+    opt: torch.optim.Optimizer, cfg: dict[str, Any], epochs: int, steps_per_epoch: int
+) -> tuple[torch.optim.lr_scheduler.LRScheduler | None, bool]:
+    """Returns the scheduler and whether it steps per batch (one-cycle) or per epoch (cosine)."""
+    name = cfg.get("schedule", "none")
+    if name in ("none", None):
+        return None, False
+    if name == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs), False
+    if name == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(
+            opt,
+            max_lr=float(cfg.get("lr", 1e-3)),
+            epochs=epochs,
+            steps_per_epoch=max(1, steps_per_epoch),
+        ), True
+    raise ValueError(f"unknown schedule '{name}' (known: none, cosine, onecycle)")
+
+
+def _save(path: str, model: nn.Module, opt: Any, sched: Any, epoch: int) -> None:
+    state = {
+        "model": getattr(model, "module", model).state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict() if sched is not None else None,
+        "epoch": epoch,
+    }
+    torch.save(state, os.path.join(path, "state.pt"))
+
+
+def train(config: dict[str, Any]) -> dict[str, Any]:
+    ctx = runtime.context()
+    device = torch.device(ctx.device) if not isinstance(ctx.device, torch.device) else ctx.device
+    rank, world = ctx.rank, ctx.world_size
+    bundle, (x_tr, y_tr, x_va, y_va) = dataset(config, device)
+
+    torch.manual_seed(ctx.seed)  # initial weights depend only on the trial's seed
+    name = config.get("model", "mlp")
+    arch = arch_params(name, config)
+    base = build_model(name, bundle.input_shape, bundle.num_classes, **arch)
+    cuda = device.type == "cuda"
+    if cuda:
+        base = base.to(memory_format=torch.channels_last)
+    base = base.to(device)
+    model: nn.Module = base
+    if world > 1:
+        from ray.train.torch import prepare_model
+
+        model = prepare_model(base, move_to_device=False)
+    if config.get("compile"):
+        model = torch.compile(model)
+
+    epochs = int(config.get("epochs", 10))
+    bs = max(1, int(config.get("batch_size", 64)) // world)  # batch_size is the global batch
+    shard_n = len(x_tr) // world
+    steps = max(1, math.ceil(shard_n / bs))
+    opt = make_optimizer(model, config)
+    sched, per_batch = make_schedule(opt, config, epochs, steps)
+    smoothing = float(config.get("label_smoothing", 0.0))
+    augment = bundle.name == "cifar10" and config.get("augment", True)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+
+    start = 0
+    resume = runtime.get_checkpoint()
+    if resume is not None:
+        state = torch.load(os.path.join(resume, "state.pt"), map_location=device)
+        base.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        if sched is not None and state["scheduler"] is not None:
+            sched.load_state_dict(state["scheduler"])
+        start = int(state["epoch"])
+
+    metrics: dict[str, float] = {}
+    shard_check: dict[str, float] = {}
+    for epoch in range(start, epochs):
+        t0 = time.perf_counter()
+        model.train()
+        idx = shard_indices(len(x_tr), rank, world, ctx.seed, epoch).to(device)
+        if epoch == start:
+            shard_check = _check_shards(idx, len(x_tr), world)
+        gen = torch.Generator(device="cpu").manual_seed(ctx.seed * 7919 + epoch * 31 + rank)
+        loss_sum = torch.zeros((), device=device)
+        for i in range(0, len(idx), bs):
+            b = idx[i : i + bs]
+            xb, yb = x_tr[b], y_tr[b]
+            if augment:
+                xb = augment_cifar(xb, gen)
+            if cuda:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            with autocast:
+                loss = F.cross_entropy(model(xb), yb, label_smoothing=smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if per_batch and sched is not None:
+                sched.step()
+            loss_sum += loss.detach() * len(b)
+        if sched is not None and not per_batch:
+            sched.step()
+        train_s = time.perf_counter() - t0
+        val = evaluate(base, x_va, y_va, rank, world, bs=max(bs, 512), autocast=autocast)
+        tot = _all_reduce(
+            torch.stack([loss_sum.float(), torch.tensor(float(len(idx)), device=device)]), world
+        )
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": (tot[0] / tot[1]).item(),
+            **val,
+            "epoch_seconds": time.perf_counter() - t0,
+            "samples_per_s": tot[1].item() / max(train_s, 1e-9),
+            "world_size": world,
+        }
+        with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
+            if rank == 0 and _will_checkpoint(ctx):
+                _save(tmp, model, opt, sched, epoch + 1)
+            runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
+
+    out: dict[str, Any] = {**metrics, **shard_check, "param_count": param_count(base)}
+    if rank == 0:
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in base.state_dict().items()}, buf)
+        out["model_blob"] = buf.getvalue()
+        out["model_info"] = {
+            "model": name,
+            "arch": arch,
+            "input_shape": list(bundle.input_shape),
+            "num_classes": bundle.num_classes,
+        }
+        out["input_example"] = x_va[:4].detach().float().cpu().numpy()
+        out["dataset"] = {
+            "name": bundle.name,
+            "source": bundle.source,
+            "digest": bundle.digest,
+            "rows_train": len(x_tr),
+            "rows_val": len(x_va),
+            "split_seed": bundle.split_seed,
+            "val_fraction": bundle.val_fraction,
+        }
+    return out
+
+
+def _will_checkpoint(ctx: runtime.TrialContext) -> bool:
+    return bool(ctx.checkpoint_every) and (ctx.step + 1) % ctx.checkpoint_every == 0
+
+
+def _check_shards(idx: torch.Tensor, n: int, world: int) -> dict[str, float]:
+    """Gathers every rank's shard once per trial to record that they are disjoint and cover the
+    training set (all but the < world tail): cheap evidence that DDP sharding is right."""
+    if world == 1:
+        return {"shard_size": float(len(idx)), "shard_coverage": len(idx) / n, "shard_overlap": 0.0}
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(idx) for _ in range(world)]
+    dist.all_gather(parts, idx.contiguous())
+    allidx = torch.cat(parts)
+    unique = torch.unique(allidx).numel()
+    return {
+        "shard_size": float(len(idx)),
+        "shard_coverage": unique / n,
+        "shard_overlap": float(allidx.numel() - unique),
+    }
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rank: int,
+    world: int,
+    bs: int,
+    autocast: Any = None,
+) -> dict[str, float]:
+    """Validation over this rank's slice, summed across ranks: identical numbers everywhere."""
+    model.eval()
+    n = len(x)
+    lo, hi = rank * n // world, (rank + 1) * n // world
+    loss = torch.zeros((), device=x.device)
+    correct = torch.zeros((), device=x.device)
+    for i in range(lo, hi, bs):
+        xb, yb = x[i : min(i + bs, hi)], y[i : min(i + bs, hi)]
+        with autocast or nullcontext():
+            logits = model(xb)
+        loss += F.cross_entropy(logits.float(), yb, reduction="sum")
+        correct += (logits.argmax(1) == yb).sum()
+    t = _all_reduce(
+        torch.stack([loss, correct.float(), torch.tensor(float(hi - lo), device=x.device)]), world
+    )
+    return {"val_loss": (t[0] / t[2]).item(), "val_accuracy": (t[1] / t[2]).item()}
