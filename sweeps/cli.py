@@ -252,6 +252,10 @@ def _quiet() -> None:
     """Library chatter (table creation, study created) is noise next to our own output."""
     import logging
 
+    # MLflow configures its loggers on import from this variable (default INFO); we keep its
+    # warnings but not its per-model pickle notice (we pickle on purpose: see mlflow_tracker).
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("OPTUNA_VERBOSITY", "WARNING")
     for name in ("mlflow", "optuna", "alembic", "ray"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

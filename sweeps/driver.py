@@ -154,11 +154,13 @@ class Driver:
 
     # ----- main -----------------------------------------------------------------------------
     def run(self) -> SweepOutcome:
+        import optuna
         import ray
 
         from sweeps.execution.broker import Broker
         from sweeps.study import heartbeat, open_study, stop_requested
 
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
         spec = self.spec
         code_dir = spec.trainer.code_dir
         if code_dir and os.path.abspath(code_dir) not in sys.path:
@@ -240,7 +242,7 @@ class Driver:
                     cb.on_sweep_end(ctx, summary)
                 except Exception as e:  # never lose the summary to a display error
                     log.warning("callback failed at sweep end: %s", e)
-            study.set_user_attr(f"sweeps.driver.{self.driver_id}", 0)
+            heartbeat(study, self.driver_id, alive=False)
             errors: list[str] = []
             if self.tracker is not None:
                 self.tracker.flush()

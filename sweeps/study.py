@@ -5,6 +5,8 @@ Only the driver calls the writing functions here (it is the one writer to Optuna
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -104,8 +106,23 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
         raise NotFoundError(f"no sweep named '{name}' in {_safe(storage_url)}{hint}") from None
 
 
-def heartbeat(study: optuna.Study, driver_id: str) -> None:
-    study.set_user_attr(f"sweeps.driver.{driver_id}", time.time())
+def heartbeat(study: optuna.Study, driver_id: str, alive: bool = True) -> None:
+    beat = {"t": time.time() if alive else 0, "host": socket.gethostname(), "pid": os.getpid()}
+    study.set_user_attr(f"sweeps.driver.{driver_id}", beat)
+
+
+def _alive(beat: object, now: float) -> bool:
+    """A driver is alive while it beats; on this host a vanished PID is dead at once."""
+    if not isinstance(beat, dict) or now - float(beat.get("t", 0)) >= STALE_AFTER_S:
+        return False
+    if beat.get("host") == socket.gethostname():
+        try:
+            os.kill(int(beat["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, KeyError, ValueError, TypeError):
+            pass
+    return True
 
 
 def live_drivers(study: optuna.Study, now: float | None = None) -> set[str]:
@@ -113,7 +130,7 @@ def live_drivers(study: optuna.Study, now: float | None = None) -> set[str]:
     return {
         k.removeprefix("sweeps.driver.")
         for k, v in study.user_attrs.items()
-        if k.startswith("sweeps.driver.") and isinstance(v, int | float) and now - v < STALE_AFTER_S
+        if k.startswith("sweeps.driver.") and _alive(v, now)
     }
 
 

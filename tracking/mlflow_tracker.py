@@ -45,6 +45,17 @@ def check_reachable(uri: str) -> None:
     """Fail before any trial starts when the tracking store cannot be used."""
     from mlflow.tracking import MlflowClient
 
+    if uri.startswith(("http://", "https://")):
+        import requests
+
+        try:
+            requests.get(uri.rstrip("/") + "/health", timeout=5)
+        except requests.RequestException as e:
+            msg = " ".join(str(e).split())[:200]
+            raise ServiceError(f"MLflow tracking server {uri} is unreachable: {msg}") from None
+    # Fail fast here; the tracker's own writes retry with backoff later.
+    saved = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as e:
@@ -52,6 +63,11 @@ def check_reachable(uri: str) -> None:
         if "401" in msg or "Unauthorized" in msg or "403" in msg:
             raise ServiceError(f"MLflow at {uri} refused the credentials: {msg}") from None
         raise ServiceError(f"MLflow tracking store {uri} is unreachable: {msg}") from None
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+        else:
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
 
 
 class MLflowTracker(DriverCallback):
@@ -66,16 +82,34 @@ class MLflowTracker(DriverCallback):
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
         self.pending: list[Future[Any]] = []
         self.errors: list[str] = []
+        self.unsent: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = []
         self.log_models = True
         self.cost_total = 0.0
 
     # ----- plumbing -------------------------------------------------------------------------
     def _submit(self, fn: Any, *args: Any, **kw: Any) -> Future[Any]:
-        fut = self.pool.submit(_retry, fn, *args, **kw)
+        fut = self.pool.submit(self._guarded, fn, *args, **kw)
         self.pending.append(fut)
         if len(self.pending) > 256:
             self._reap()
         return fut
+
+    def _guarded(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """Retry with backoff; a write that still fails is kept and replayed at flush, so a
+        tracking server that is down for a while loses nothing."""
+        try:
+            return _retry(fn, *args, **kw)
+        except Exception as e:
+            self.unsent.append((fn, args, kw, " ".join(str(e).split())[:200]))
+            return None
+
+    def _replay(self) -> None:
+        pending, self.unsent = self.unsent, []
+        for fn, args, kw, _ in pending:
+            try:
+                _retry(fn, *args, attempts=3, **kw)
+            except Exception as e:
+                self.unsent.append((fn, args, kw, " ".join(str(e).split())[:200]))
 
     def _reap(self) -> None:
         keep = []
@@ -94,6 +128,11 @@ class MLflowTracker(DriverCallback):
             except Exception as e:
                 self.errors.append(" ".join(str(e).split())[:300])
         self.pending = []
+        if self.unsent:
+            self.pool.submit(self._replay).result()
+        for fn, _, _, err in self.unsent:
+            self.errors.append(f"{getattr(fn, '__name__', fn)} not written: {err}")
+        self.unsent = []
 
     def close(self) -> None:
         self.flush()
@@ -303,6 +342,7 @@ class MLflowTracker(DriverCallback):
 
     def _log_model(self, run_id: str, result: dict[str, Any]) -> None:
         import mlflow
+        import numpy as np
         import torch
         from mlflow.models import infer_signature
 
@@ -322,7 +362,7 @@ class MLflowTracker(DriverCallback):
         signature = None
         if example is not None:
             with torch.no_grad():
-                out = model(torch.as_tensor(example)).numpy()
+                out = model(torch.as_tensor(np.array(example))).numpy()
             signature = infer_signature(example, out)
         with mlflow.start_run(run_id=run_id):
             mlflow.pytorch.log_model(

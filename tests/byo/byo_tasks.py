@@ -74,3 +74,13 @@ def kill_once(config):
 def no_objective(config):
     sweeps.report({"accuracy": 0.5})
     return {"accuracy": 0.5}
+
+
+def slow(config):
+    """A trial that takes a while: for stop / Ctrl-C / driver-kill tests."""
+    import time
+
+    for e in range(int(config["epochs"])):
+        time.sleep(float(config.get("sleep", 0.2)))
+        sweeps.report({"val_accuracy": 0.1 * (e + 1)})
+    return {"val_accuracy": 0.1 * int(config["epochs"])}

@@ -1,0 +1,144 @@
+"""The learning log: report, notes, logs, stop, compare, plots on the parent run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BYO, byo
+from mlflow.tracking import MlflowClient
+
+from sweeps import api
+
+
+@pytest.fixture(scope="module")
+def logged_sweep(ray_cluster, tmp_path_factory):
+    home = tmp_path_factory.mktemp("loghome")
+    old = os.environ.get("SWEEPS_HOME")
+    os.environ["SWEEPS_HOME"] = str(home)
+    try:
+        spec = byo("curve", name="logged", budget={"trials": 4, "parallel": 2},
+                   sampler={"name": "random", "seed": 3})
+        out = api.run(spec, install_signals=False)
+        yield home, out
+    finally:
+        if old is None:
+            os.environ.pop("SWEEPS_HOME", None)
+        else:
+            os.environ["SWEEPS_HOME"] = old
+
+
+def test_plots_on_the_parent_run(logged_sweep):
+    home, out = logged_sweep
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    arts = {a.path for a in client.list_artifacts(out.parent_run_id, "plots")}
+    for name in ("optimization_history", "parallel_coordinate", "intermediate_values"):
+        assert f"plots/{name}.html" in arts and f"plots/{name}.png" in arts, arts
+
+
+def test_note_and_report_have_every_section(logged_sweep, tmp_path):
+    home, out = logged_sweep
+    api.note("logged", "loss diverged at lr>0.3; capped lr high at 0.2")
+    api.note("logged", "trial 1 was slow: shared CPU with the other lane", trial=1)
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    assert "capped lr" in client.get_run(out.parent_run_id).data.tags["mlflow.note.content"]
+    files = api.report("logged", str(tmp_path / "rep"))
+    md = Path(files["markdown"]).read_text()
+    for section in ("## What was trained", "## Resources and cost", "## Durations",
+                    "## Top trials", "## Best params", "## Notes: problems and solutions",
+                    "## Plots"):
+        assert section in md, section
+    assert "capped lr" in md and "trial 1" in md
+    assert "byo_tasks:curve" in md
+    html = Path(files["html"]).read_text()
+    assert "data:image/png;base64," in html
+
+
+def test_logs_show_what_a_worker_printed(logged_sweep):
+    number, text = api.logs("logged", trial=2)
+    assert number == 2
+    assert "trial 2 done on rank 0" in text
+
+
+def test_compare_two_sweeps(logged_sweep, ray_cluster):
+    spec = byo("curve", name="logged-b", budget={"trials": 2},
+               sampler={"name": "random", "seed": 4})
+    api.run(spec, install_signals=False)
+    doc = api.compare("logged", "logged-b")
+    assert set(doc) == {"logged", "logged-b"}
+    assert doc["logged"]["trials"]["COMPLETE"] == 4 and doc["logged-b"]["trials"]["COMPLETE"] == 2
+    assert doc["logged"]["best"] is not None
+
+
+def _spec_file(tmp_path: Path, name: str, trials: int, epochs: int, sleep: float) -> Path:
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(
+        f"name: {name}\n"
+        "search_space: {lr: {type: float, low: 0.001, high: 0.02}}\n"
+        "pruner: {name: none}\n"
+        f"budget: {{trials: {trials}, parallel: 1}}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:slow', code_dir: '{BYO}', epochs: {epochs}, "
+        f"params: {{sleep: {sleep}}}}}\n"
+    )
+    return p
+
+
+def _wait_for(pred, timeout: float = 120.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.5)
+    raise AssertionError("condition not reached")
+
+
+def _started(home: Path, name: str) -> bool:
+    try:
+        return any(t["state"] == "COMPLETE" for t in api.show(name)["trials"])
+    except Exception:
+        return False
+
+
+def test_stop_from_a_second_process_ends_the_sweep_gracefully(home, tmp_path):
+    spec = _spec_file(tmp_path, "stoppable", trials=50, epochs=3, sleep=0.3)
+    env = {**os.environ, "SWEEPS_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _started(home, "stoppable"), 180)
+        r = subprocess.run([sys.executable, "-m", "sweeps.cli", "stop", "stoppable"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "stop requested" in stdout
+    doc = api.show("stoppable")
+    assert len(doc["trials"]) < 50
+    assert all(t["state"] == "COMPLETE" for t in doc["trials"]), "nothing left RUNNING"
+
+
+def test_ctrl_c_finishes_running_trials_and_exits_130(home, tmp_path):
+    spec = _spec_file(tmp_path, "interrupted", trials=50, epochs=4, sleep=0.3)
+    env = {**os.environ, "SWEEPS_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _started(home, "interrupted"), 180)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    doc = api.show("interrupted")
+    states = {t["state"] for t in doc["trials"]}
+    assert states == {"COMPLETE"}, "the running trial finished; nothing left RUNNING"
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    assert all(client.get_run(t["mlflow_run_id"]).info.status == "FINISHED"
+               for t in doc["trials"])
