@@ -26,9 +26,13 @@ def test_resume_after_driver_sigkill(home, tmp_path):
         "params: {sleep: 0.4}}\n"
     )
     env = {**os.environ, "SWEEPS_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", str(spec)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
@@ -53,8 +57,13 @@ def test_resume_after_driver_sigkill(home, tmp_path):
     stale = [t for t in before.values() if t["state"] == "RUNNING"]
     assert stale
 
-    r = subprocess.run([sys.executable, "-m", "sweeps.cli", "resume", "resumable"], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "resume", "resumable"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     after = api.show("resumable")["trials"]
     numbers = [t["number"] for t in after]
