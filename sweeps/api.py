@@ -336,3 +336,54 @@ def logs(
 def live_log_path(name: str, number: int) -> Path:
     """Where the driver appends a trial's worker output while it runs."""
     return paths.home() / "logs" / name / f"trial-{number:05d}.log"
+
+
+def promote(
+    sweep: str,
+    model: str,
+    *,
+    alias: str = "champion",
+    if_better: bool = False,
+    metric: str | None = None,
+    trial: int | None = None,
+    select: str | None = None,
+    storage_url: str | None = None,
+    tracking_uri: str | None = None,
+) -> dict[str, Any]:
+    """Register the sweep's best (or chosen) trial's model; move `alias` per the gate."""
+    from tracking.registry import promote as _promote
+
+    s, t = _uris(sweep, storage_url, tracking_uri)
+    return _promote(
+        sweep,
+        model,
+        storage_url=s,
+        tracking_uri=t,
+        alias=alias,
+        if_better=if_better,
+        metric=metric,
+        trial=trial,
+        select=select,
+    ).to_dict()
+
+
+def rollback(
+    model: str, *, alias: str = "champion", tracking_uri: str | None = None
+) -> tuple[str, str]:
+    from tracking.registry import rollback as _rollback
+
+    return _rollback(model, tracking_uri=paths.tracking_uri(tracking_uri), alias=alias)
+
+
+def models(model: str, *, tracking_uri: str | None = None) -> list[dict[str, Any]]:
+    from tracking.registry import versions
+
+    return versions(model, tracking_uri=paths.tracking_uri(tracking_uri))
+
+
+def predict(
+    ref: str, input_path: str, out_path: str | None = None, *, tracking_uri: str | None = None
+) -> Any:
+    from tracking.registry import predict as _predict
+
+    return _predict(ref, input_path, out_path, tracking_uri=paths.tracking_uri(tracking_uri))

@@ -248,6 +248,116 @@ def stop(
     out.print(f"stop requested for {name}: running trials finish, no new ones start")
 
 
+@app.command()
+def promote(
+    name: str = typer.Argument(..., help="The sweep."),
+    model: str = typer.Option(..., "--model", help="Registered model name."),
+    alias: str = typer.Option("champion", help="Alias to move."),
+    if_better: bool = typer.Option(False, "--if-better", help="Move only if it beats the holder."),
+    metric: str | None = typer.Option(None, help="Compare on this metric (default: objective)."),
+    trial: int | None = typer.Option(None, help="Promote this trial instead of the best."),
+    select: str | None = typer.Option(None, help="Rule, e.g. 'val_accuracy max; cost_usd <= 1'."),
+    storage: str | None = typer.Option(None, help="Optuna storage URL."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Register the best model of a sweep; champion/challenger gate with --if-better."""
+    from sweeps import api
+
+    try:
+        p = api.promote(
+            name,
+            model,
+            alias=alias,
+            if_better=if_better,
+            metric=metric,
+            trial=trial,
+            select=select,
+            storage_url=storage,
+        )
+    except SweepsError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(api.dumps(p))
+        return
+    moved = (
+        f"{alias} -> v{p['version']}" if p["moved"] else f"{alias} stays v{p['previous_version']}"
+    )
+    out.print(
+        f"{model} v{p['version']} (trial {p['trial']} of {name}, {p['metric']} = "
+        f"{p['value']:.6g}) is challenger; {moved}: {p['reason']}",
+        highlight=False,
+    )
+
+
+@app.command()
+def rollback(
+    model: str = typer.Argument(...),
+    alias: str = typer.Option("champion"),
+) -> None:
+    """Move an alias back to the version that held it before."""
+    from sweeps import api
+
+    try:
+        old, new = api.rollback(model, alias=alias)
+    except SweepsError as e:
+        _fail(e)
+        return
+    out.print(f"{model}@{alias}: v{old} -> v{new}")
+
+
+@app.command()
+def models(model: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """List a registered model's versions: aliases, metric values, source sweeps."""
+    from sweeps import api
+
+    try:
+        rows = api.models(model)
+    except SweepsError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(api.dumps(rows))
+        return
+    table = Table("version", "aliases", "metric", "value", "sweep", "trial", "decision")
+    for r in rows:
+        table.add_row(
+            r["version"],
+            ", ".join(r["aliases"]),
+            _fmt(r["metric"]),
+            _fmt(r["value"]),
+            _fmt(r["sweep"]),
+            _fmt(r["trial"]),
+            _fmt(r["decision"]),
+        )
+    out.print(table)
+
+
+@app.command()
+def predict(
+    ref: str = typer.Argument(..., help="MODEL@alias, MODEL/version or models:/..."),
+    input_path: Path = typer.Argument(..., help=".npy or .csv"),
+    out_path: Path | None = typer.Option(None, "--out", help="Write predictions (.npy/.csv)."),
+) -> None:
+    """Predict with a registered model through mlflow.pyfunc."""
+    from sweeps import api
+
+    if not input_path.exists():
+        _fail(SpecError(f"INPUT: file not found: {input_path}"))
+    try:
+        y = api.predict(ref, str(input_path), str(out_path) if out_path else None)
+    except SweepsError as e:
+        _fail(e)
+        return
+    classes = y.argmax(axis=1) if y.ndim == 2 else y
+    out.print(
+        f"{len(y)} predictions"
+        + (f" -> {out_path}" if out_path else "")
+        + f"; first classes: {list(map(int, classes[:10]))}",
+        highlight=False,
+    )
+
+
 def _quiet() -> None:
     """Library chatter (table creation, study created) is noise next to our own output."""
     import logging
