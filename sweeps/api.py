@@ -30,6 +30,7 @@ def validate_spec(spec: Spec) -> None:
     from sweeps.samplers import make_pruner, make_sampler
 
     space.order(spec.search_space)
+    _check_entrypoint(spec)
     make_sampler(spec)
     make_pruner(spec.pruner)
     if spec.resources.machine_type:
@@ -39,6 +40,34 @@ def validate_spec(spec: Spec) -> None:
             machine(spec.resources.machine_type)
         except KeyError as e:
             raise SpecError(str(e).strip("'\"")) from None
+
+
+def _check_entrypoint(spec: Spec) -> None:
+    """The entrypoint's module must be findable (without running it) before any store is touched."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    ep, code_dir = spec.trainer.entrypoint, spec.trainer.code_dir
+    if not ep:
+        return
+    if code_dir and not os.path.isdir(code_dir):
+        raise SpecError(f"trainer.code_dir: folder not found: {code_dir}")
+    parts = ep.partition(":")[0].split(".")
+    search = [code_dir] if code_dir else None
+    found = importlib.machinery.PathFinder.find_spec(parts[0], search) if search else None
+    if found is None:
+        found = importlib.util.find_spec(parts[0])
+    if found is None:
+        where = f" in {code_dir}" if code_dir else " (set trainer.code_dir)"
+        raise SpecError(f"trainer.entrypoint: module '{parts[0]}' not found{where}")
+    if len(parts) > 1 and found.submodule_search_locations:
+        rel = os.path.join(*parts[1:])
+        if not any(
+            os.path.exists(os.path.join(loc, rel + ".py")) or os.path.isdir(os.path.join(loc, rel))
+            for loc in found.submodule_search_locations
+        ):
+            raise SpecError(f"trainer.entrypoint: module '{ep.partition(':')[0]}' not found")
 
 
 def run(

@@ -202,6 +202,7 @@ class Driver:
         )
         self.train_config = {
             "entrypoint": spec.trainer.entrypoint,
+            "code_dir": os.path.abspath(code_dir) if code_dir else None,
             "data_dir": spec.trainer.data_dir,
             "checkpoint_every": spec.execution.checkpoint_every,
         }

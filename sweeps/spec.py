@@ -349,4 +349,12 @@ def load_spec(
         raise SpecError(f"{p}: the spec is empty")
     if name is not None and isinstance(raw, dict):
         raw = {**raw, "name": name}
-    return spec_from_dict(raw, overrides)
+    spec = spec_from_dict(raw, overrides)
+    code_dir = spec.trainer.code_dir
+    if code_dir and not Path(code_dir).is_absolute():
+        # A spec ships next to its code: resolve code_dir from the spec file, not the shell.
+        resolved = str((p.parent / code_dir).resolve())
+        spec = spec.model_copy(
+            update={"trainer": spec.trainer.model_copy(update={"code_dir": resolved})}
+        )
+    return spec

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import importlib.machinery
+import importlib.util
 import io
 import json
 import os
@@ -23,9 +25,35 @@ from sweeps import runtime
 BUILTIN_ENTRYPOINT = "trainer.loop:train"
 
 
-def resolve(entrypoint: str) -> Any:
+def resolve(entrypoint: str, code_dir: str | None = None) -> Any:
+    """Import the user's function; a package in code_dir wins over an installed one.
+
+    Cloud ML Engine packages are conventionally called `trainer`, like ours; an editable
+    install's import hook would otherwise hand the user our package instead of theirs.
+    """
     module, _, fn = entrypoint.partition(":")
-    return getattr(importlib.import_module(module), fn)
+    top = module.split(".")[0]
+    if code_dir and (
+        os.path.isdir(os.path.join(code_dir, top))
+        or os.path.isfile(os.path.join(code_dir, f"{top}.py"))
+    ):
+        loaded = sys.modules.get(top)
+        origin = getattr(loaded, "__file__", "") or ""
+        if loaded is None or not os.path.abspath(origin).startswith(os.path.abspath(code_dir)):
+            for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+                del sys.modules[name]
+            spec = importlib.machinery.PathFinder.find_spec(top, [code_dir])
+            if spec is not None and spec.loader is not None:
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[top] = mod
+                spec.loader.exec_module(mod)
+    try:
+        return getattr(importlib.import_module(module), fn)
+    except (ImportError, AttributeError) as e:
+        where = f" (code_dir {code_dir})" if code_dir else ""
+        raise ImportError(
+            f"trainer.entrypoint '{entrypoint}' cannot be loaded{where}: {e}"
+        ) from None
 
 
 def _barrier(world_size: int) -> None:
@@ -112,9 +140,9 @@ def run_trial(cfg: dict[str, Any], a: dict[str, Any], rank: int, world: int, res
     buf = io.StringIO()
     ctx.extras["log_buf"] = buf
     runtime._set_context(ctx)
-    fn = resolve(cfg.get("entrypoint") or BUILTIN_ENTRYPOINT)
     t0 = time.time()
     try:
+        fn = resolve(cfg.get("entrypoint") or BUILTIN_ENTRYPOINT, cfg.get("code_dir"))
         with (
             contextlib.redirect_stdout(_Tee(sys.stdout, buf)),
             contextlib.redirect_stderr(_Tee(sys.stderr, buf)),
