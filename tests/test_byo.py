@@ -17,12 +17,34 @@ def test_byo_example_from_the_cli(home, tmp_path):
     env = {**os.environ, "SWEEPS_HOME": str(home)}
     bad = tmp_path / "bad.json"
     # Two good configurations first, then poor ones the median pruner must stop.
-    bad.write_text(json.dumps([{"lr": 0.1, "units": 64}, {"lr": 0.2, "units": 128},
-                               {"lr": 0.001, "units": 16}, {"lr": 0.0012, "units": 16}]))
-    r = subprocess.run([sys.executable, "-m", "sweeps.cli", "run",
-                        str(ROOT / "examples/byo_trainer/sweep.yaml"), "--enqueue", str(bad),
-                        "--set", "budget.parallel=1", "--json"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    bad.write_text(
+        json.dumps(
+            [
+                {"lr": 0.1, "units": 64},
+                {"lr": 0.2, "units": 128},
+                {"lr": 0.001, "units": 16},
+                {"lr": 0.0012, "units": 16},
+            ]
+        )
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeps.cli",
+            "run",
+            str(ROOT / "examples/byo_trainer/sweep.yaml"),
+            "--enqueue",
+            str(bad),
+            "--set",
+            "budget.parallel=1",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     states = [t["state"] for t in doc["trials"]]

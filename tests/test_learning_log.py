@@ -22,8 +22,12 @@ def logged_sweep(ray_cluster, tmp_path_factory):
     old = os.environ.get("SWEEPS_HOME")
     os.environ["SWEEPS_HOME"] = str(home)
     try:
-        spec = byo("curve", name="logged", budget={"trials": 4, "parallel": 2},
-                   sampler={"name": "random", "seed": 3})
+        spec = byo(
+            "curve",
+            name="logged",
+            budget={"trials": 4, "parallel": 2},
+            sampler={"name": "random", "seed": 3},
+        )
         out = api.run(spec, install_signals=False)
         yield home, out
     finally:
@@ -49,9 +53,15 @@ def test_note_and_report_have_every_section(logged_sweep, tmp_path):
     assert "capped lr" in client.get_run(out.parent_run_id).data.tags["mlflow.note.content"]
     files = api.report("logged", str(tmp_path / "rep"))
     md = Path(files["markdown"]).read_text()
-    for section in ("## What was trained", "## Resources and cost", "## Durations",
-                    "## Top trials", "## Best params", "## Notes: problems and solutions",
-                    "## Plots"):
+    for section in (
+        "## What was trained",
+        "## Resources and cost",
+        "## Durations",
+        "## Top trials",
+        "## Best params",
+        "## Notes: problems and solutions",
+        "## Plots",
+    ):
         assert section in md, section
     assert "capped lr" in md and "trial 1" in md
     assert "byo_tasks:curve" in md
@@ -66,8 +76,9 @@ def test_logs_show_what_a_worker_printed(logged_sweep):
 
 
 def test_compare_two_sweeps(logged_sweep, ray_cluster):
-    spec = byo("curve", name="logged-b", budget={"trials": 2},
-               sampler={"name": "random", "seed": 4})
+    spec = byo(
+        "curve", name="logged-b", budget={"trials": 2}, sampler={"name": "random", "seed": 4}
+    )
     api.run(spec, install_signals=False)
     doc = api.compare("logged", "logged-b")
     assert set(doc) == {"logged", "logged-b"}
@@ -107,12 +118,22 @@ def _started(home: Path, name: str) -> bool:
 def test_stop_from_a_second_process_ends_the_sweep_gracefully(home, tmp_path):
     spec = _spec_file(tmp_path, "stoppable", trials=50, epochs=3, sleep=0.3)
     env = {**os.environ, "SWEEPS_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", str(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: _started(home, "stoppable"), 180)
-        r = subprocess.run([sys.executable, "-m", "sweeps.cli", "stop", "stoppable"], env=env,
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "sweeps.cli", "stop", "stoppable"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         stdout, stderr = proc.communicate(timeout=180)
     finally:
@@ -127,8 +148,13 @@ def test_stop_from_a_second_process_ends_the_sweep_gracefully(home, tmp_path):
 def test_ctrl_c_finishes_running_trials_and_exits_130(home, tmp_path):
     spec = _spec_file(tmp_path, "interrupted", trials=50, epochs=4, sleep=0.3)
     env = {**os.environ, "SWEEPS_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", str(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: _started(home, "interrupted"), 180)
         proc.send_signal(signal.SIGINT)
@@ -140,5 +166,4 @@ def test_ctrl_c_finishes_running_trials_and_exits_130(home, tmp_path):
     states = {t["state"] for t in doc["trials"]}
     assert states == {"COMPLETE"}, "the running trial finished; nothing left RUNNING"
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
-    assert all(client.get_run(t["mlflow_run_id"]).info.status == "FINISHED"
-               for t in doc["trials"])
+    assert all(client.get_run(t["mlflow_run_id"]).info.status == "FINISHED" for t in doc["trials"])

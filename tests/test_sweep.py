@@ -166,9 +166,16 @@ def test_ddp_trial_runs_on_two_workers_with_half_the_data_each(ray_cluster, home
 
     n_train = len(load_dataset("digits", val_fraction=0.2, seed=0).x_train)
     assert m["world_size"] == 2
-    assert m["final_shard_size"] == n_train // 2
-    assert m["final_shard_overlap"] == 0
-    assert m["final_shard_coverage"] == pytest.approx((n_train // 2) * 2 / n_train)
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    for name, expect in (
+        ("shard_size", n_train // 2),
+        ("shard_overlap", 0),
+        ("shard_coverage", (n_train // 2) * 2 / n_train),
+        ("val_rank_spread", 0.0),
+    ):
+        hist = client.get_metric_history(t["mlflow_run_id"], name)
+        assert len(hist) == 2, name  # every epoch
+        assert all(h.value == pytest.approx(expect) for h in hist), (name, hist)
 
 
 def test_input_example_roundtrip_numpy(digits_sweep):

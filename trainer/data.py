@@ -54,24 +54,49 @@ def _digits() -> tuple[np.ndarray, np.ndarray, str]:
 
 
 def _mnist(name: str, root: str) -> tuple[np.ndarray, np.ndarray, str]:
-    # torchvision's MNIST reads <root>/<Class>/raw/*-ubyte (gz or not) with download=False and
-    # checks only that the files exist, so small test files in the real format load too.
-    from torchvision.datasets import MNIST, FashionMNIST
+    # torchvision's own IDX readers parse the files; its MNIST class is not used because it
+    # insists on the test split too and never reads the .gz files it downloads itself.
+    from torchvision.datasets.mnist import read_image_file, read_label_file
 
-    cls = MNIST if name == "mnist" else FashionMNIST
     raw = os.path.join(root, _MNIST_DIRS[name], "raw")
-    try:
-        ds = cls(root, train=True, download=False)
-    except RuntimeError:
-        raise DatasetNotFound(
-            f"dataset '{name}' not found under {raw} (expected train-images-idx3-ubyte[.gz] and "
-            f"train-labels-idx1-ubyte[.gz]); sweeps never downloads data: put the files there "
-            f"or point trainer.data_dir at them"
-        ) from None
-    x = ds.data.numpy().astype(np.float32)[:, None, :, :] / 255.0
+    paths = []
+    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        plain, packed = os.path.join(raw, stem), os.path.join(raw, stem + ".gz")
+        if not os.path.exists(plain) and os.path.exists(packed):
+            plain = _gunzip(packed)
+        if not os.path.exists(plain):
+            raise DatasetNotFound(
+                f"dataset '{name}' not found under {raw} (expected train-images-idx3-ubyte[.gz] "
+                f"and train-labels-idx1-ubyte[.gz]); sweeps never downloads data: put the files "
+                f"there or point trainer.data_dir at them"
+            )
+        paths.append(plain)
+    images, labels = read_image_file(paths[0]), read_label_file(paths[1])
+    x = images.numpy().astype(np.float32)[:, None, :, :] / 255.0
     mean, std = _STATS[name]
     x = (x - mean[0]) / std[0]
-    return x.astype(np.float32), ds.targets.numpy().astype(np.int64), os.path.abspath(root)
+    return x.astype(np.float32), labels.numpy().astype(np.int64), os.path.abspath(root)
+
+
+def _gunzip(packed: str) -> str:
+    """Unpack next to the archive (or into a temp cache if that folder is read-only)."""
+    import gzip
+    import tempfile
+
+    target = packed[:-3]
+    try:
+        tmp = target + f".{os.getpid()}.part"
+        with gzip.open(packed, "rb") as src, open(tmp, "wb") as dst:
+            dst.write(src.read())
+        os.replace(tmp, target)  # atomic: workers sharing a node may race here
+        return target
+    except OSError:
+        cache = os.path.join(tempfile.gettempdir(), "sweeps-gunzip")
+        os.makedirs(cache, exist_ok=True)
+        out = os.path.join(cache, hashlib.sha256(packed.encode()).hexdigest()[:16])
+        with gzip.open(packed, "rb") as src, open(out, "wb") as dst:
+            dst.write(src.read())
+        return out
 
 
 def _cifar10(root: str) -> tuple[np.ndarray, np.ndarray, str]:
@@ -144,9 +169,17 @@ def load_dataset(
     for t in (xt, yt, xv, yv):
         h.update(t.numpy().tobytes())
     return DatasetBundle(
-        name=name, x_train=xt, y_train=yt, x_val=xv, y_val=yv,
-        num_classes=10, input_shape=tuple(x.shape[1:]), source=source,
-        digest=h.hexdigest()[:16], split_seed=seed, val_fraction=val_fraction,
+        name=name,
+        x_train=xt,
+        y_train=yt,
+        x_val=xv,
+        y_val=yv,
+        num_classes=10,
+        input_shape=tuple(x.shape[1:]),
+        source=source,
+        digest=h.hexdigest()[:16],
+        split_seed=seed,
+        val_fraction=val_fraction,
     )
 
 

@@ -165,8 +165,7 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         model.train()
         idx = shard_indices(len(x_tr), rank, world, ctx.seed, epoch).to(device)
-        if epoch == start:
-            shard_check = _check_shards(idx, len(x_tr), world)
+        shard_check = _check_shards(idx, len(x_tr), world)
         gen = torch.Generator(device="cpu").manual_seed(ctx.seed * 7919 + epoch * 31 + rank)
         loss_sum = torch.zeros((), device=device)
         for i in range(0, len(idx), bs):
@@ -198,13 +197,15 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
             "epoch_seconds": time.perf_counter() - t0,
             "samples_per_s": tot[1].item() / max(train_s, 1e-9),
             "world_size": world,
+            **shard_check,
+            "val_rank_spread": _spread(val["val_accuracy"], world, device),
         }
         with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
             if rank == 0 and _will_checkpoint(ctx):
                 _save(tmp, model, opt, sched, epoch + 1)
             runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
 
-    out: dict[str, Any] = {**metrics, **shard_check, "param_count": param_count(base)}
+    out: dict[str, Any] = {**metrics, "param_count": param_count(base)}
     if rank == 0:
         buf = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in base.state_dict().items()}, buf)
@@ -232,9 +233,22 @@ def _will_checkpoint(ctx: runtime.TrialContext) -> bool:
     return bool(ctx.checkpoint_every) and (ctx.step + 1) % ctx.checkpoint_every == 0
 
 
+def _spread(value: float, world: int, device: torch.device) -> float:
+    """Max minus min of a metric across ranks: 0 when every rank computed the same number."""
+    if world == 1:
+        return 0.0
+    import torch.distributed as dist
+
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(parts, t)
+    vals = torch.cat(parts)
+    return float(vals.max() - vals.min())
+
+
 def _check_shards(idx: torch.Tensor, n: int, world: int) -> dict[str, float]:
-    """Gathers every rank's shard once per trial to record that they are disjoint and cover the
-    training set (all but the < world tail): cheap evidence that DDP sharding is right."""
+    """Gathers every rank's shard indices each epoch to record that they are disjoint and cover
+    the training set (all but the < world tail): cheap evidence that DDP sharding is right."""
     if world == 1:
         return {"shard_size": float(len(idx)), "shard_coverage": len(idx) / n, "shard_overlap": 0.0}
     import torch.distributed as dist
