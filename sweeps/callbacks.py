@@ -48,6 +48,7 @@ class SweepContext:
     parent_run_id: str | None = None
     experiment_id: str | None = None
     requeued: list[int] = field(default_factory=list)
+    warm_notes: list[str] = field(default_factory=list)
 
 
 @dataclass

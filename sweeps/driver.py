@@ -44,6 +44,7 @@ class SweepOutcome:
     storage_url: str
     tracking_uri: str
     errors: list[str] = field(default_factory=list)
+    tracking_blocking_s: float = 0.0
 
 
 def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = None) -> None:
@@ -181,6 +182,11 @@ class Driver:
 
         study.set_user_attr("sweeps.spec", _redacted_spec_yaml(spec))
         self._recover(study, ctx)
+        if spec.warm_start and not study.get_trials(deepcopy=False):
+            from sweeps.warmstart import warm_start
+
+            ctx.warm_notes = warm_start(study, spec, self.storage_url)
+        self.budget.load(study)
         for params in self.enqueue:
             study.enqueue_trial(params, skip_if_exists=True)
         for cb in self.callbacks:
@@ -205,6 +211,7 @@ class Driver:
             "code_dir": os.path.abspath(code_dir) if code_dir else None,
             "data_dir": spec.trainer.data_dir,
             "checkpoint_every": spec.execution.checkpoint_every,
+            "checkpoint_min_interval_s": spec.execution.checkpoint_min_interval_s,
         }
         self.runtime_env = runtime_env
         self._signals()
@@ -231,6 +238,8 @@ class Driver:
                         self._stop_launching("stop requested (sweeps stop)")
                 if spec.budget.timeout_s and now - self.started > spec.budget.timeout_s:
                     self._stop_launching(f"timeout after {spec.budget.timeout_s:g} s")
+                if spec.budget.hard and not self.cancel:
+                    self._hard_limits()
                 self._reap_lanes()
         except KeyboardInterrupt:
             self.state = "interrupted"
@@ -260,7 +269,28 @@ class Driver:
             storage_url=self.storage_url,
             tracking_uri=getattr(self.tracker, "uri", ""),
             errors=errors,
+            tracking_blocking_s=getattr(self.tracker, "blocking_s", 0.0),
         )
+
+    def _hard_limits(self) -> None:
+        """budget.hard: once spend including running trials crosses a limit, cancel them."""
+        b = self.spec.budget
+        live_cost = sum(self.budget.costs)
+        live_gpu = sum(self.budget.gpu_hours)
+        for rec in self.running.values():
+            _, cost, gpuh = self._costs(rec)
+            live_cost += cost
+            live_gpu += gpuh
+        over = (b.max_cost_usd is not None and live_cost > b.max_cost_usd) or (
+            b.max_gpu_hours is not None and live_gpu > b.max_gpu_hours
+        )
+        if over:
+            self.cancel = True
+            self.state = "stopped"
+            self._stop_launching(
+                f"hard budget crossed (${live_cost:.4f}, {live_gpu:.4f} GPU-h): running trials "
+                "cancelled"
+            )
 
     # ----- lanes ----------------------------------------------------------------------------
     def _start_lane(self) -> None:
@@ -356,6 +386,15 @@ class Driver:
         )
         if recycle and lane.trials_run >= recycle:
             return {"stop": True}  # the driver starts a fresh lane when this one ends
+        growth = self.spec.execution.recycle_rss_growth
+        if growth and lane.first_rss_mb and lane.last_rss_mb > lane.first_rss_mb * (1 + growth):
+            log.warning(
+                "recycling lane %s: worker memory %.0f MB (first trial %.0f MB)",
+                lane_id,
+                lane.last_rss_mb,
+                lane.first_rss_mb,
+            )
+            return {"stop": True}
         decision = self.budget.check(self.study, self)
         if not decision.launch:
             self._stop_launching(decision.reason)
@@ -431,14 +470,22 @@ class Driver:
             rec.cancel_sent = True
             rec.error = rec.error or "cancelled: sweep interrupted"
             return "cancel"
-        metric = self.spec.objective.metric
-        if metric not in metrics:
+        from sweeps.spec import COMPUTED_METRICS
+
+        reported = [
+            o.metric for o in self.spec.objective_list() if o.metric not in COMPUTED_METRICS
+        ]
+        missing = [m for m in reported if m not in metrics]
+        if missing:
             rec.cancel_sent = True
             rec.error = (
-                f"objective metric '{metric}' is not among the reported metrics "
+                f"objective metric '{missing[0]}' is not among the reported metrics "
                 f"({', '.join(sorted(metrics)) or 'none'})"
             )
             return "cancel"
+        if self.spec.multi_objective or not reported:
+            return "continue"  # Optuna prunes single-objective studies only
+        metric = reported[0]
         trial = rec.trial
         trial.report(metrics[metric], step)
         if trial.should_prune():
@@ -462,32 +509,48 @@ class Driver:
 
     def _on_finish(self, rec: TrialRecord, result: dict[str, Any]) -> None:
         S = _states()  # noqa: N806
+        lane = self.lanes.get(rec.lane_id)
+        rss = float(result.get("worker_rss_mb") or 0.0)
+        if lane is not None and rss:
+            lane.first_rss_mb = lane.first_rss_mb or rss
+            lane.last_rss_mb = rss
         tail = (result.get("log") or "")[len(rec.log) :]
         if tail:
             self._live_log(rec, tail)
-        metric = self.spec.objective.metric
         trial = rec.trial
-        value: float | None = None
-        if result.get("state") == "complete" and not rec.error:
-            metrics = result.get("metrics") or {}
-            value = metrics.get(metric, rec.last_metrics.get(metric))
-            if value is None or not math.isfinite(value):
-                rec.error = (
-                    f"objective metric '{metric}' is not among the reported metrics "
-                    f"({', '.join(sorted(metrics) or sorted(rec.last_metrics)) or 'none'})"
-                )
-        if rec.error:
-            self._end_failed(rec, rec.error, result)
-            return
+        values: list[float] | None = None
         seconds, cost, gpuh = self._costs(rec)
         extra = self._extra(rec, result, seconds, cost, gpuh)
+        if result.get("state") == "complete" and not rec.error:
+            metrics = {**rec.last_metrics, **(result.get("metrics") or {})}
+            computed = {
+                "cost_usd": cost,
+                "gpu_hours": gpuh,
+                "train_seconds": extra["train_seconds"],
+                "param_count": metrics.get("param_count"),
+            }
+            values = []
+            for o in self.spec.objective_list():
+                v = metrics.get(o.metric, computed.get(o.metric))
+                if v is None or not math.isfinite(v):
+                    rec.error = (
+                        f"objective metric '{o.metric}' is not among the reported metrics "
+                        f"({', '.join(sorted(metrics)) or 'none'})"
+                    )
+                    break
+                values.append(float(v))
+        if rec.error:
+            self._end_failed(rec, rec.error, result, extra)
+            return
         self._record_attrs(rec, extra)  # before tell: finished trials are read-only
-        if value is not None and result.get("state") == "complete":
-            self.study.tell(trial, value)
-            state, values = "COMPLETE", [value]
+        if values is not None:
+            self.study.tell(trial, values if len(values) > 1 else values[0])
+            state = "COMPLETE"
+            if len(values) == 1:
+                self.budget.record_value(values[0])
         else:
             self.study.tell(trial, state=S.PRUNED)
-            state, values = "PRUNED", None
+            state = "PRUNED"
         for cb in self.callbacks:
             cb.on_trial_end(self.ctx, rec, state, values, result, extra)
 
@@ -496,6 +559,7 @@ class Driver:
     ) -> dict[str, float]:
         self.cost_usd += cost
         self.gpu_hours += gpuh
+        self.budget.record(cost, gpuh)
         return {
             "duration_s": seconds,
             "train_seconds": float(result.get("train_seconds", seconds)),
@@ -504,6 +568,11 @@ class Driver:
             "cost_usd": cost,
             "gpu_hours": gpuh,
             "restarts": float(rec.restarts),
+            **(
+                {"worker_rss_mb": float(result["worker_rss_mb"])}
+                if result.get("worker_rss_mb")
+                else {}
+            ),
         }
 
     def _record_attrs(self, rec: TrialRecord, extra: dict[str, float]) -> None:
@@ -512,12 +581,17 @@ class Driver:
             st.set_trial_user_attr(rec.trial_id, k, round(extra[k], 6))
 
     def _end_failed(
-        self, rec: TrialRecord, error: str, result: dict[str, Any] | None = None
+        self,
+        rec: TrialRecord,
+        error: str,
+        result: dict[str, Any] | None = None,
+        extra: dict[str, float] | None = None,
     ) -> None:
         self.running.pop((rec.lane_id, rec.seq), None)
         rec.error = error
-        seconds, cost, gpuh = self._costs(rec)
-        extra = self._extra(rec, result or {}, seconds, cost, gpuh)
+        if extra is None:
+            seconds, cost, gpuh = self._costs(rec)
+            extra = self._extra(rec, result or {}, seconds, cost, gpuh)
         st = self.study._storage
         st.set_trial_user_attr(rec.trial_id, "sweeps.error", error[:2000])
         self._record_attrs(rec, extra)
@@ -542,11 +616,12 @@ class Driver:
         best_n, best_v = None, None
         for t in study.get_trials(deepcopy=False):
             counts[t.state.name] = counts.get(t.state.name, 0) + 1
-        try:
-            b = study.best_trial
-            best_n, best_v = b.number, b.value
-        except ValueError:
-            pass
+        if len(study.directions) == 1:
+            try:
+                b = study.best_trial
+                best_n, best_v = b.number, b.value
+            except ValueError:
+                pass
         return SweepSummary(
             name=self.spec.name,
             state=self.state,

@@ -11,6 +11,8 @@ import json
 import math
 import os
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,27 +35,42 @@ class TrialContext:
     seq: int = 0
     broker: Any = None
     checkpoint_every: int = 1
+    # Persist at most this often: on small trials a checkpoint costs more than redoing the
+    # epochs it would save, and a lost worker then costs at most this much work.
+    checkpoint_min_interval_s: float = 0.0
     step: int = 0
     restarts: int = 0
     resume_from: Any = None  # a ray.train.Checkpoint of this trial, after a restart
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-_CTX: TrialContext | None = None
+# Thread-local: in Ray Train's local mode (num_workers=0) lanes are threads of one process.
+_LOCAL = threading.local()
 
 META = "sweeps_meta.json"
 
 
 def context() -> TrialContext:
     """Rank, world size, local rank, device, data dir and trial number of the running trial."""
-    if _CTX is None:
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is None:
         raise RuntimeError("sweeps.context() is only available inside a trial on a worker")
-    return _CTX
+    return ctx
 
 
 def _set_context(ctx: TrialContext | None) -> None:
-    global _CTX
-    _CTX = ctx
+    _LOCAL.ctx = ctx
+
+
+def checkpoint_due() -> bool:
+    """Whether the next `report` will persist a checkpoint: lets training code skip saving one
+    that would be thrown away."""
+    ctx = context()
+    nxt = ctx.step + 1
+    if not ctx.checkpoint_every or nxt % ctx.checkpoint_every:
+        return False
+    last = ctx.extras.setdefault("last_ckpt", ctx.extras.get("started", time.monotonic()))
+    return time.monotonic() - last >= ctx.checkpoint_min_interval_s
 
 
 def _check_finite(metrics: dict[str, float], step: int) -> None:
@@ -77,7 +94,9 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
     clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
     _check_finite(clean, ctx.step)
     _ship_output(ctx)
-    due = bool(ctx.checkpoint_every) and ctx.step % ctx.checkpoint_every == 0
+    ctx.step -= 1
+    due = checkpoint_due()
+    ctx.step += 1
     persist = due and checkpoint_dir is not None
     if ctx.broker is not None:
         decision, persist = ray.get(
@@ -91,8 +110,9 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
             raise TrialPruned(f"cancelled at step {ctx.step}")
     # Only epochs with something to save pay for Ray Train's report (a barrier + upload); rank
     # 0 decides, so ranks that pass no directory still join the barrier.
-    if persist and due:
+    if persist:
         _persist(ctx, clean, checkpoint_dir)
+        ctx.extras["last_ckpt"] = time.monotonic()
 
 
 def _ship_output(ctx: TrialContext) -> None:

@@ -34,7 +34,7 @@ HUGE = 1e12
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 Scalar = str | int | float | bool
@@ -129,6 +129,20 @@ class Budget(_Model):
     parallel: int = Field(1, ge=1, le=1024)
     timeout_s: float | None = Field(None, gt=0, le=HUGE)
     max_failed_trials: int | None = Field(None, ge=0)
+    # Money and GPU time: no launch whose forecast cost would cross the limit.
+    max_cost_usd: float | None = Field(None, gt=0, le=HUGE)
+    max_gpu_hours: float | None = Field(None, gt=0, le=HUGE)
+    # Stop launching once the (single) objective reaches this value.
+    target: float | None = None
+    # Also cancel running trials once spend crosses a limit (default: let them finish).
+    hard: bool = False
+
+
+class WarmStart(_Model):
+    from_: list[str] = Field(alias="from", min_length=1)
+    top_k: int | None = Field(None, ge=1, le=10_000)
+    # Copy finished trials into the new study (True) or only enqueue the top_k configurations.
+    copy_trials: bool = True
 
 
 class Resources(_Model):
@@ -185,7 +199,12 @@ class Execution(_Model):
     mode: Literal["lanes", "isolated"] = "lanes"
     # Restart a lane's worker group after this many trials (0: never), bounding slow leaks.
     recycle_after_trials: int = Field(0, ge=0)
+    # ... or once a worker's memory grew by this fraction over its first trial (0: never).
+    recycle_rss_growth: float = Field(0.5, ge=0)
     checkpoint_every: int = Field(1, ge=0)
+    # ... but not more often than this: a lost worker costs at most this much redone work,
+    # and trials shorter than it never pay for a checkpoint.
+    checkpoint_min_interval_s: float = Field(5.0, ge=0, le=HUGE)
     keep_checkpoints: int = Field(2, ge=1)
 
 
@@ -205,9 +224,15 @@ class Tracking(_Model):
         return v
 
 
+COMPUTED_METRICS = ("cost_usd", "gpu_hours", "train_seconds", "param_count")
+
+
 class Spec(_Model):
     name: str
     objective: Objective = Objective()
+    # Several objectives make a multi-objective study (a Pareto front); pruning is then off.
+    objectives: list[Objective] | None = Field(None, min_length=2, max_length=8)
+    warm_start: WarmStart | None = None
     search_space: dict[str, Param] = {}
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
@@ -260,8 +285,15 @@ class Spec(_Model):
             raise ValueError(f"trainer.data_dir: required for dataset '{self.trainer.dataset}'")
         return self
 
+    def objective_list(self) -> list[Objective]:
+        return list(self.objectives) if self.objectives else [self.objective]
+
+    @property
+    def multi_objective(self) -> bool:
+        return bool(self.objectives)
+
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
 
 
 def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:

@@ -58,37 +58,39 @@ def open_study(spec: Spec, storage_url: str) -> optuna.Study:
 
     storage = _storage(storage_url)
     sampler = make_sampler(spec)
-    pruner = make_pruner(spec.pruner)
-    direction = spec.objective.direction
+    # Optuna's pruners are single-objective: a multi-objective study never prunes.
+    pruner = make_pruner(spec.pruner) if not spec.multi_objective else optuna.pruners.NopPruner()
+    objectives = spec.objective_list()
+    directions = [o.direction for o in objectives]
     try:
         study = optuna.create_study(
             study_name=spec.name,
             storage=storage,
             sampler=sampler,
             pruner=pruner,
-            direction=direction,
+            directions=directions,
             load_if_exists=True,
         )
     except ValueError as e:
         raise SpecError(f"objective: {_one_line(e)}") from None
-    want = (
-        optuna.study.StudyDirection.MAXIMIZE
-        if direction == "maximize"
-        else (optuna.study.StudyDirection.MINIMIZE)
-    )
-    if study.directions != [want]:
+    have = [d.name.lower() for d in study.directions]
+    if have != directions:
         raise SpecError(
-            f"objective.direction: sweep '{spec.name}' exists with direction "
-            f"{study.directions[0].name.lower()}; use another --name"
+            f"objective.direction: sweep '{spec.name}' exists with directions {have}; "
+            "use another --name"
         )
     attrs = study.user_attrs
-    prev = attrs.get("sweeps.objective")
-    if prev and prev != spec.objective.metric:
+    names = [o.metric for o in objectives]
+    prev = attrs.get("sweeps.objectives") or (
+        [attrs["sweeps.objective"]] if attrs.get("sweeps.objective") else None
+    )
+    if prev and prev != names:
         raise SpecError(
-            f"objective.metric: sweep '{spec.name}' exists optimizing '{prev}'; use another --name"
+            f"objective.metric: sweep '{spec.name}' exists optimizing {prev}; use another --name"
         )
     if not prev:
-        study.set_user_attr("sweeps.objective", spec.objective.metric)
+        study.set_user_attr("sweeps.objective", names[0])
+        study.set_user_attr("sweeps.objectives", names)
         study.set_user_attr("sweeps.created", time.time())
     return study
 
@@ -150,7 +152,8 @@ def counted_trials(study: optuna.Study) -> int:
     S = optuna.trial.TrialState  # noqa: N806
     storage, sid = study._storage, study._study_id
     n = storage.get_n_trials(sid, (S.COMPLETE, S.PRUNED, S.FAIL, S.RUNNING))
-    return n - int(study.user_attrs.get("sweeps.requeued", 0))
+    attrs = storage.get_study_user_attrs(sid)
+    return n - int(attrs.get("sweeps.requeued", 0)) - int(attrs.get("sweeps.warm_count", 0))
 
 
 def stop_requested(study: optuna.Study, since: float) -> bool:

@@ -96,6 +96,7 @@ def test_sigkilled_worker_restarts_the_lane_and_resumes_from_checkpoint(home, tm
         budget={"trials": 2, "parallel": 1},
         trainer={"epochs": 4, "params": {"marker_dir": str(tmp_path)}},
         resources={"max_failures": 2},
+        execution={"checkpoint_min_interval_s": 0},
     )
     out = api.run(spec, install_signals=False)
     trials = _trials("kill")

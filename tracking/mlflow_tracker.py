@@ -83,6 +83,9 @@ class MLflowTracker(DriverCallback):
         self.pending: list[Future[Any]] = []
         self.errors: list[str] = []
         self.unsent: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = []
+        # Time the driver's loop spent waiting on MLflow (only run creation waits): the
+        # tracking overhead that lands on the trials' critical path.
+        self.blocking_s = 0.0
         self.log_models = True
         self.cost_total = 0.0
 
@@ -170,7 +173,7 @@ class MLflowTracker(DriverCallback):
             "sampler": spec.sampler.name,
             "sampler.seed": spec.sampler.seed,
             "pruner": spec.pruner.name,
-            "objective": f"{spec.objective.metric}:{spec.objective.direction}",
+            "objective": ",".join(f"{o.metric}:{o.direction}" for o in spec.objective_list()),
             "budget.trials": spec.budget.trials,
             "budget.parallel": spec.budget.parallel,
             "budget.timeout_s": spec.budget.timeout_s,
@@ -182,6 +185,15 @@ class MLflowTracker(DriverCallback):
             "resources.workers": spec.resources.workers,
             "resources.machine_type": spec.resources.machine_type,
         }
+        if ctx.warm_notes:
+            src = ",".join(spec.warm_start.from_) if spec.warm_start else ""
+            self._submit(self.client.set_tag, ctx.parent_run_id, "sweeps.warm_start.from", src)
+            self._submit(
+                self.client.set_tag,
+                ctx.parent_run_id,
+                "sweeps.warm_start.notes",
+                "; ".join(ctx.warm_notes)[:5000],
+            )
         for k, v in redact_mapping(spec.sampler.options, "sampler.options").items():
             params[f"sampler.options.{k}"] = v
         for k, v in redact_mapping(spec.pruner.options, "pruner.options").items():
@@ -223,7 +235,9 @@ class MLflowTracker(DriverCallback):
             )
             return run.info.run_id
 
+        t0 = time.perf_counter()
         run_id = self.pool.submit(_retry, _create).result()
+        self.blocking_s += time.perf_counter() - t0
         params: dict[str, Any] = dict(redact_mapping(t.params, "params"))
         r = spec.resources
         params.update(
@@ -365,9 +379,12 @@ class MLflowTracker(DriverCallback):
                 out = model(torch.as_tensor(np.array(example))).numpy()
             signature = infer_signature(example, out)
         with mlflow.start_run(run_id=run_id):
+            # Explicit requirements: inferring them costs ~5 s per model (it imports the model
+            # in a subprocess), which alone would make logging the slowest part of a trial.
             mlflow.pytorch.log_model(
                 model,
                 name="model",
+                pip_requirements=_requirements(),
                 signature=signature,
                 input_example=example,
                 serialization_format="pickle",
@@ -409,6 +426,12 @@ class MLflowTracker(DriverCallback):
             self._submit(self.client.log_artifact, run_id, path, "plots")
 
 
+def _requirements() -> list[str]:
+    from importlib.metadata import version
+
+    return [f"{p}=={version(p)}" for p in ("torch", "mlflow", "numpy", "cloudpickle")]
+
+
 def _safe_url(url: str) -> str:
     """Strip the password from a database URL before it is written anywhere."""
     import re
@@ -419,7 +442,7 @@ def _safe_url(url: str) -> str:
 def _redacted_spec_yaml(spec: Any) -> str:
     import yaml
 
-    data = spec.model_dump(mode="json")
+    data = spec.model_dump(mode="json", by_alias=True)
     data = redact_mapping(data, "")
     if data.get("storage"):
         data["storage"] = _safe_url(data["storage"])

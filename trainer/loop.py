@@ -201,7 +201,7 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
             "val_rank_spread": _spread(val["val_accuracy"], world, device),
         }
         with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
-            if rank == 0 and _will_checkpoint(ctx):
+            if rank == 0 and runtime.checkpoint_due():
                 _save(tmp, model, opt, sched, epoch + 1)
             runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
 
@@ -227,10 +227,6 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
             "val_fraction": bundle.val_fraction,
         }
     return out
-
-
-def _will_checkpoint(ctx: runtime.TrialContext) -> bool:
-    return bool(ctx.checkpoint_every) and (ctx.step + 1) % ctx.checkpoint_every == 0
 
 
 def _spread(value: float, world: int, device: torch.device) -> float:

@@ -32,6 +32,8 @@ class Lane:
     done: threading.Event = field(default_factory=threading.Event)
     started_at: float = field(default_factory=time.time)
     trials_run: int = 0
+    first_rss_mb: float = 0.0
+    last_rss_mb: float = 0.0
 
 
 def make_lane_id(sweep: str, index: int) -> str:

@@ -105,6 +105,16 @@ class _Tee(io.TextIOBase):
         self.stream.flush()
 
 
+def _rss_mb() -> float:
+    """This worker's resident memory, after the trial: the lane recycles itself on growth."""
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except Exception:
+        return 0.0
+
+
 def _cleanup() -> None:
     """Drop what a trial left behind so the next one starts from a clean slate."""
     gc.collect()
@@ -134,11 +144,13 @@ def run_trial(cfg: dict[str, Any], a: dict[str, Any], rank: int, world: int, res
         seq=seq,
         broker=broker,
         checkpoint_every=cfg.get("checkpoint_every", 1),
+        checkpoint_min_interval_s=cfg.get("checkpoint_min_interval_s", 0.0),
         restarts=restarts,
         resume_from=_resume_checkpoint(a["trial_number"]) if restarts else None,
     )
     buf = io.StringIO()
     ctx.extras["log_buf"] = buf
+    ctx.extras["started"] = time.monotonic()
     runtime._set_context(ctx)
     t0 = time.time()
     try:
@@ -168,6 +180,7 @@ def run_trial(cfg: dict[str, Any], a: dict[str, Any], rank: int, world: int, res
         if resume_dir:
             shutil.rmtree(resume_dir, ignore_errors=True)
     if rank == 0:
+        result["worker_rss_mb"] = _rss_mb()
         result["log"] = buf.getvalue()[-1_000_000:]
         result["steps"] = ctx.step
         ray.get(broker.finish.remote(lane_id, seq, result))
