@@ -42,9 +42,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
-    spec: Path = typer.Argument(..., help="YAML spec (see conf/)."),
+    ctx: typer.Context,
+    spec: Path | None = typer.Argument(None, help="YAML spec (see conf/)."),
     name: str | None = typer.Option(None, help="Sweep name (default: the spec's)."),
     set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
     trials: int | None = typer.Option(None, help="budget.trials"),
@@ -56,8 +57,16 @@ def run(
         False, help="Join a running sweep of this name (same as re-running)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    aiplatform: Path | None = typer.Option(
+        None, "--aiplatform", help="Run a legacy AI Platform job config unchanged."
+    ),
+    package_path: Path | None = typer.Option(None, help="With --aiplatform: the package folder."),
+    module_name: str | None = typer.Option(None, help="With --aiplatform: e.g. trainer.task."),
 ) -> None:
-    """Run a sweep (or continue / join the sweep of that name)."""
+    """Run a sweep (or continue / join the sweep of that name).
+
+    With --aiplatform, arguments after `--` go to the user's module unchanged.
+    """
     from sweeps import api
     from sweeps.spec import load_spec
 
@@ -67,7 +76,14 @@ def run(
             overrides.append(f"budget.trials={trials}")
         if parallel is not None:
             overrides.append(f"budget.parallel={parallel}")
-        s = load_spec(spec, overrides, name=name)
+        if aiplatform is not None:
+            s = _aiplatform_spec(aiplatform, package_path, module_name, name, ctx.args, overrides)
+        elif ctx.args:
+            raise SpecError(f"unknown arguments: {' '.join(ctx.args)}")
+        elif spec is None:
+            raise SpecError("SPEC: a spec file is required (or --aiplatform CONFIG)")
+        else:
+            s = load_spec(spec, overrides, name=name)
         api.validate_spec(s)
         queued = _read_enqueue(enqueue) if enqueue else None
         progress = None if as_json else _progress(s)
@@ -99,6 +115,60 @@ def run(
         raise typer.Exit(130)
     if outcome.state == "failed":
         raise typer.Exit(1)
+
+
+def _aiplatform_spec(
+    config: Path,
+    package_path: Path | None,
+    module_name: str | None,
+    name: str | None,
+    user_args: list[str],
+    overrides: list[str],
+) -> Any:
+    from sweeps.aiplatform import load_config, to_spec
+    from sweeps.spec import spec_from_dict
+
+    if package_path is None or module_name is None:
+        raise SpecError("--aiplatform needs --package-path DIR and --module-name pkg.module")
+    if not package_path.is_dir():
+        raise SpecError(f"--package-path: folder not found: {package_path}")
+    raw, notes = to_spec(
+        load_config(config),
+        name=name or config.stem,
+        package_path=str(package_path),
+        module_name=module_name,
+        user_args=user_args,
+    )
+    for n in notes:
+        err.print(f"note: {n}", highlight=False)
+    return spec_from_dict(raw, overrides)
+
+
+@app.command("import-aiplatform")
+def import_aiplatform(
+    config: Path = typer.Argument(..., help="AI Platform job config (trainingInput)."),
+    package_path: Path = typer.Option(Path("."), help="The package folder."),
+    module_name: str = typer.Option("trainer.task", help="The module to run."),
+    name: str | None = typer.Option(None),
+) -> None:
+    """Print the native spec equivalent to a legacy AI Platform job config."""
+    from sweeps.aiplatform import load_config, to_spec
+    from sweeps.spec import spec_from_dict
+
+    try:
+        raw, notes = to_spec(
+            load_config(config),
+            name=name or config.stem,
+            package_path=str(package_path),
+            module_name=module_name,
+        )
+        spec = spec_from_dict(raw)
+    except SweepsError as e:
+        _fail(e)
+        return
+    for n in notes:
+        err.print(f"note: {n}", highlight=False)
+    print(spec.to_yaml(), end="")
 
 
 def _read_enqueue(path: Path) -> list[dict[str, Any]]:
@@ -356,6 +426,44 @@ def predict(
         + f"; first classes: {list(map(int, classes[:10]))}",
         highlight=False,
     )
+
+
+@app.command()
+def doctor(
+    spec: Path | None = typer.Argument(None, help="Check the stores this spec names."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check each configured service: reachable, credentials, versions."""
+    from sweeps import api, paths
+    from sweeps.doctor import check
+    from sweeps.spec import load_spec
+
+    try:
+        s = load_spec(spec) if spec else None
+    except SweepsError as e:
+        _fail(e)
+        return
+    rows = check(
+        paths.storage_url(s.storage if s else None),
+        paths.tracking_uri(s.tracking.uri if s else None),
+        os.environ.get("RAY_ADDRESS"),
+        paths.checkpoint_root(),
+    )
+    if as_json:
+        print(api.dumps(rows))
+    else:
+        table = Table("service", "url", "ok", "detail", "s")
+        for r in rows:
+            table.add_row(
+                r["service"],
+                r["url"],
+                "yes" if r["ok"] else "[red]NO[/]",
+                r["detail"],
+                f"{r['seconds']:.2f}",
+            )
+        out.print(table)
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
 
 
 def _quiet() -> None:

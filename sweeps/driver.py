@@ -31,6 +31,7 @@ log = logging.getLogger("sweeps.driver")
 # A lane whose worker group Ray Train cannot keep alive is replaced this many times in a row
 # before the sweep gives up (a node that cannot start workers at all must not spin forever).
 MAX_LANE_DEATHS = 5
+PROPAGATE = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "SWEEPS_DATA_CACHE")
 
 
 @dataclass
@@ -649,6 +650,9 @@ def _runtime_env(spec: Spec) -> dict[str, Any] | None:
     """Ship the user's code (and, on a remote cluster, our packages) to the workers."""
     env: dict[str, Any] = {}
     remote = bool(os.environ.get("RAY_ADDRESS"))
+    # Workers read data and checkpoints themselves: pass on where storage is (not secrets of
+    # ours: the Optuna and MLflow credentials stay with the driver).
+    passed = {k: os.environ[k] for k in PROPAGATE if os.environ.get(k)}
     if spec.trainer.code_dir:
         d = os.path.abspath(spec.trainer.code_dir)
         if not os.path.isdir(d):
@@ -659,11 +663,13 @@ def _runtime_env(spec: Spec) -> dict[str, Any] | None:
             # A local cluster shares this disk: a path is enough, and unlike working_dir it
             # works when Ray was started before this spec was read (tests, notebooks).
             pp = os.pathsep.join(x for x in (d, os.environ.get("PYTHONPATH", "")) if x)
-            env["env_vars"] = {"PYTHONPATH": pp}
+            passed["PYTHONPATH"] = pp
     if remote:
         import sweeps
         import tracking
         import trainer
 
         env["py_modules"] = [os.path.dirname(m.__file__) for m in (sweeps, trainer, tracking)]
+    if passed:
+        env["env_vars"] = passed
     return env or None

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Real services on loopback (PostgreSQL, mlflow server, GCS emulator) as fixtures.
+pytest_plugins = ["services"]
+
 ROOT = Path(__file__).resolve().parent.parent
 BYO = Path(__file__).resolve().parent / "byo"
 
@@ -20,6 +23,22 @@ def ray_cluster():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_globals_restored():
+    """mlflow.set_tracking_uri in a test also sets MLFLOW_TRACKING_URI in os.environ; put the
+    process back so the next test's sweeps resolve their own stores."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    yield
+    from mlflow.tracking._tracking_service import utils
+
+    utils._tracking_uri = None
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture

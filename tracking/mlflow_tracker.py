@@ -15,7 +15,9 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from sweeps.callbacks import DriverCallback, SweepContext, SweepSummary, TrialRecord
@@ -39,6 +41,28 @@ def _retry(fn: Any, *args: Any, attempts: int = 6, **kw: Any) -> Any:
             time.sleep(delay)
             delay = min(delay * 2, 10)
     return None
+
+
+@contextmanager
+def scoped_tracking_uri(uri: str) -> Iterator[None]:
+    """Use `uri` for MLflow's fluent API for a moment. mlflow.set_tracking_uri also writes
+    MLFLOW_TRACKING_URI into the environment, which would leak one sweep's store into the next
+    (and into every child process); this puts both back."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    old, old_env = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    old_reg = os.environ.get("MLFLOW_REGISTRY_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(old)
+        for key, value in (("MLFLOW_TRACKING_URI", old_env), ("MLFLOW_REGISTRY_URI", old_reg)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def check_reachable(uri: str) -> None:
@@ -72,12 +96,10 @@ def check_reachable(uri: str) -> None:
 
 class MLflowTracker(DriverCallback):
     def __init__(self, tracking_uri: str, artifact_root: str | None = None) -> None:
-        import mlflow
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
         self.artifact_root = artifact_root
-        mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
         self.pending: list[Future[Any]] = []
@@ -312,6 +334,8 @@ class MLflowTracker(DriverCallback):
             tags["sweeps.error"] = t.error[:5000]
         if "dataset" in result:
             tags["sweeps.dataset_digest"] = str(result["dataset"].get("digest"))
+        for k, v in (result.get("hardware") or {}).items():
+            tags[f"sweeps.hw.{k}"] = str(v)
         for k, v in tags.items():
             self.client.set_tag(run_id, k, v)
         if "dataset" in result:
@@ -378,7 +402,7 @@ class MLflowTracker(DriverCallback):
             with torch.no_grad():
                 out = model(torch.as_tensor(np.array(example))).numpy()
             signature = infer_signature(example, out)
-        with mlflow.start_run(run_id=run_id):
+        with scoped_tracking_uri(self.uri), mlflow.start_run(run_id=run_id):
             # Explicit requirements: inferring them costs ~5 s per model (it imports the model
             # in a subprocess), which alone would make logging the slowest part of a trial.
             mlflow.pytorch.log_model(

@@ -294,10 +294,11 @@ def predict(ref: str, input_path: str, out_path: str | None, *, tracking_uri: st
         x = np.loadtxt(input_path, delimiter=",", ndmin=2, dtype=np.float32)
     else:
         raise SpecError(f"INPUT: expected a .npy or .csv file, got {input_path}")
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
+    from tracking.mlflow_tracker import scoped_tracking_uri
+
     try:
-        model = mlflow.pyfunc.load_model(uri)
+        with scoped_tracking_uri(tracking_uri):
+            model = mlflow.pyfunc.load_model(uri)
     except Exception as e:
         raise NotFoundError(f"cannot load {uri}: {' '.join(str(e).split())[:200]}") from None
     schema = model.metadata.get_input_schema()

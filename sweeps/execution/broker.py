@@ -149,6 +149,16 @@ class Broker:
             await asyncio.sleep(0.05)
         return len(ranks) >= world_size
 
+    # A small shared board for ranks of one trial (e.g. a rendezvous address chosen by rank 0).
+    def put(self, key: Key, value: Any) -> None:
+        self.answer(("board", *key), value)
+
+    async def get(self, key: Key) -> Any:
+        return await self._wait_answer(("board", *tuple(key)))
+
+    def peek(self, key: Key) -> Any:
+        return self.answers.get(("board", *tuple(key)))
+
     def log(self, lane_id: str, seq: int, text: str) -> None:
         self._post("log", lane=lane_id, seq=seq, text=text)
 

@@ -7,6 +7,7 @@ the worker group; the driver notices through :attr:`Lane.done` / :attr:`Lane.err
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -66,6 +67,17 @@ def start_lane(
         use_gpu=use_gpu,
         resources_per_worker=resources,
     )
+    storage_fs = None
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if storage_path.startswith("gs://") and emulator:
+        # Ray Train resolves gs:// through pyarrow, which knows nothing of the emulator.
+        from pyarrow.fs import GcsFileSystem
+
+        scheme, _, hostport = emulator.rpartition("://")
+        storage_fs = GcsFileSystem(
+            anonymous=True, endpoint_override=hostport, scheme=scheme or "http"
+        )
+        storage_path = storage_path.removeprefix("gs://")
     trainer = TorchTrainer(
         lane_main,
         train_loop_config={**train_config, "lane_id": lane.lane_id, "broker": broker},
@@ -73,6 +85,7 @@ def start_lane(
         run_config=RunConfig(
             name=lane.lane_id,
             storage_path=storage_path,
+            storage_filesystem=storage_fs,
             failure_config=FailureConfig(max_failures=max_restarts),
             checkpoint_config=CheckpointConfig(num_to_keep=keep_checkpoints),
             worker_runtime_env=runtime_env or {},

@@ -105,6 +105,21 @@ class _Tee(io.TextIOBase):
         self.stream.flush()
 
 
+def _hardware(device: Any, world: int) -> dict[str, str]:
+    """What the trial ran on, for the learning log: GPU model, world size, host."""
+    import platform
+
+    gpu = "none"
+    try:
+        import torch
+
+        if getattr(device, "type", "") == "cuda":
+            gpu = torch.cuda.get_device_name(device)
+    except Exception:
+        pass
+    return {"gpu_model": gpu, "world_size": str(world), "host": platform.node()}
+
+
 def _rss_mb() -> float:
     """This worker's resident memory, after the trial: the lane recycles itself on growth."""
     try:
@@ -181,6 +196,7 @@ def run_trial(cfg: dict[str, Any], a: dict[str, Any], rank: int, world: int, res
             shutil.rmtree(resume_dir, ignore_errors=True)
     if rank == 0:
         result["worker_rss_mb"] = _rss_mb()
+        result["hardware"] = _hardware(ctx.device, world)
         result["log"] = buf.getvalue()[-1_000_000:]
         result["steps"] = ctx.step
         ray.get(broker.finish.remote(lane_id, seq, result))

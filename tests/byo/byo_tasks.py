@@ -84,3 +84,20 @@ def slow(config):
         time.sleep(float(config.get("sleep", 0.2)))
         sweeps.report({"val_accuracy": 0.1 * (e + 1)})
     return {"val_accuracy": 0.1 * int(config["epochs"])}
+
+
+def nodes(config):
+    """Reports on how many Ray nodes the trial's workers run (for the two-node cluster test)."""
+    import ray
+    import torch.distributed as dist
+
+    ctx = sweeps.context()
+    me = ray.get_runtime_context().get_node_id()
+    ids = [None] * ctx.world_size
+    if ctx.world_size > 1:
+        dist.all_gather_object(ids, me)
+    else:
+        ids = [me]
+    print("nodes:", ",".join(ids))
+    sweeps.report({"val_accuracy": 1.0, "distinct_nodes": float(len(set(ids)))})
+    return {"val_accuracy": 1.0, "distinct_nodes": float(len(set(ids)))}

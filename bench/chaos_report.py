@@ -1,0 +1,242 @@
+"""Inject the faults a long sweep meets and count what survived.
+
+    .venv/bin/python bench/chaos_report.py [--out bench/RESULTS.md]
+
+Prints: fault, times injected, survived, trials lost, runs left RUNNING. A trial is lost when a
+finished Optuna trial has no closed MLflow run (or a COMPLETE one vanished); "left RUNNING"
+counts Optuna trials and MLflow runs still RUNNING after the fault and its recovery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BYO = ROOT / "tests" / "byo"
+sys.path.insert(0, str(ROOT))
+
+
+def cli(home: Path, *args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    e = {**os.environ, "SWEEPS_HOME": str(home), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", *args], env=e, capture_output=True, text=True, **kw
+    )
+
+
+def spec(
+    home: Path,
+    name: str,
+    fn: str,
+    trials: int,
+    extra: str = "",
+    epochs: int = 3,
+    params: str = "{}",
+) -> Path:
+    p = home.parent / f"{name}.yaml"
+    p.write_text(
+        f"name: {name}\nsearch_space: {{lr: {{type: float, low: 0.001, high: 0.02}}}}\n"
+        "sampler: {name: random, seed: 1}\npruner: {name: none}\n"
+        f"budget: {{trials: {trials}, parallel: 1}}\n{extra}"
+        f"trainer: {{entrypoint: 'byo_tasks:{fn}', code_dir: '{BYO}', epochs: {epochs}, "
+        f"params: {params}}}\n"
+    )
+    return p
+
+
+def audit(home: Path, name: str) -> tuple[int, int, dict]:
+    """(trials lost, left RUNNING, state counts) for a sweep in both stores."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps import api
+
+    doc = api.show(name, f"sqlite:///{home}/optuna.db")
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    lost = running = 0
+    counts: dict[str, int] = {}
+    for t in doc["trials"]:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+        if t["state"] == "RUNNING":
+            running += 1
+        if not t["mlflow_run_id"]:
+            lost += t["state"] == "COMPLETE"
+            continue
+        run = client.get_run(t["mlflow_run_id"])
+        if run.info.status == "RUNNING":
+            running += 1
+        if t["state"] == "COMPLETE" and run.info.status != "FINISHED":
+            lost += 1
+    return lost, running, counts
+
+
+def wait_for(pred, timeout: float = 240) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if pred():
+                return
+        except Exception:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="sweeps-chaos-"))
+    rows = []
+
+    def home(name: str) -> Path:
+        h = base / name / "home"
+        h.parent.mkdir(parents=True)
+        return h
+
+    # 1. worker SIGKILLed mid-epoch (once per trial): resumed from a checkpoint
+    h = home("worker")
+    marker = base / "markers"
+    marker.mkdir()
+    s = spec(
+        h,
+        "worker",
+        "kill_once",
+        3,
+        epochs=4,
+        params=f"{{marker_dir: '{marker}'}}",
+        extra="execution: {checkpoint_min_interval_s: 0}\n",
+    )
+    cli(h, "run", str(s), timeout=600)
+    lost, left, c = audit(h, "worker")
+    rows.append(("worker killed", 3, c.get("COMPLETE", 0), lost, left))
+
+    # 2. exception in user code, 3. NaN loss
+    h = home("error")
+    s = spec(h, "error", "flaky", 6)  # raises on every rank when lr > 0.01
+    cli(h, "run", str(s), timeout=600)
+    lost, left, c = audit(h, "error")
+    rows.append(
+        ("trial raises", c.get("FAIL", 0), c.get("FAIL", 0) + c.get("COMPLETE", 0), lost, left)
+    )
+    h = home("nan")
+    cli(h, "run", str(spec(h, "nan", "nan_loss", 2, epochs=5)), timeout=600)
+    lost, left, c = audit(h, "nan")
+    rows.append(("NaN loss", 2, c.get("FAIL", 0), lost, left))
+
+    # 4. driver SIGKILLed mid-sweep, then `sweeps resume`
+    h = home("driver")
+    s = spec(h, "driver", "slow", 4, epochs=6, params="{sleep: 0.4}")
+    e = {**os.environ, "SWEEPS_HOME": str(h)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", str(s)],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    from sweeps import api
+
+    url = f"sqlite:///{h}/optuna.db"
+    wait_for(
+        lambda: (
+            any(t["state"] == "COMPLETE" for t in api.show("driver", url)["trials"])
+            and any(t["state"] == "RUNNING" for t in api.show("driver", url)["trials"])
+        )
+    )
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    cli(h, "resume", "driver", timeout=600)
+    lost, left, c = audit(h, "driver")
+    rows.append(("driver killed + resume", 1, int(c.get("COMPLETE", 0) == 4), lost, left))
+
+    # 5. Ctrl-C once: running trial finishes, exit 130
+    h = home("sigint")
+    s = spec(h, "sigint", "slow", 20, epochs=4, params="{sleep: 0.3}")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", str(s)],
+        env={**os.environ, "SWEEPS_HOME": str(h)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"sqlite:///{h}/optuna.db"
+    wait_for(lambda: any(t["state"] == "COMPLETE" for t in api.show("sigint", url)["trials"]))
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=300)
+    lost, left, c = audit(h, "sigint")
+    rows.append(("Ctrl-C", 1, int(p.returncode == 130), lost, left))
+
+    # 6. tracking server unreachable at start
+    h = home("mlflowdown")
+    r = cli(
+        h,
+        "run",
+        str(spec(h, "down", "curve", 2)),
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        timeout=120,
+    )
+    rows.append(
+        (
+            "tracking server down at start",
+            1,
+            int(r.returncode == 1 and "unreachable" in r.stderr),
+            0,
+            0,
+        )
+    )
+
+    # 7. bad input: invalid specs and arguments
+    bad = [
+        "budget.trials=-1",
+        "budget.parallel=0",
+        "search_space.lr.low=5",
+        "sampler.name=x",
+        "pruner.name=y",
+        "trainer.model=gpt",
+        "trainer.epochs=1e12",
+        "resources=[1]",
+        "storage=redis://x",
+        "tracking.uri=ftp:/x",
+        "name=bad name",
+        "nosuch=1",
+        "resources.machine_type=zz",
+        "sampler.options.nope=1",
+        "trainer.dataset=imagenet",
+    ]
+    h = home("bad")
+    ok = 0
+    for b in bad:
+        r = cli(h, "run", str(spec(h, "bad", "curve", 1)), "--set", b, timeout=60)
+        ok += r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    rows.append(
+        (
+            "bad input (one-line, exit 2, nothing written)",
+            len(bad),
+            ok if not h.exists() else 0,
+            0,
+            0,
+        )
+    )
+
+    lines = [
+        f"### chaos_report ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)",
+        "",
+        "| fault | times injected | survived | trials lost | runs left RUNNING |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {f} | {n} | {s} | {lost} | {left} |" for f, n, s, lost, left in rows]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        from bench.results import write_section
+
+        write_section(args.out, "chaos_report", text)
+
+
+if __name__ == "__main__":
+    main()
