@@ -77,7 +77,9 @@ def run(
         if parallel is not None:
             overrides.append(f"budget.parallel={parallel}")
         if aiplatform is not None:
-            s = _aiplatform_spec(aiplatform, package_path, module_name, name, ctx.args, overrides)
+            # After `--` everything is the module's; Click hands the first word to SPEC.
+            user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
+            s = _aiplatform_spec(aiplatform, package_path, module_name, name, user_args, overrides)
         elif ctx.args:
             raise SpecError(f"unknown arguments: {' '.join(ctx.args)}")
         elif spec is None:

@@ -17,7 +17,7 @@ from services import gcs_bucket, start_mlflow_server
 from sweeps import api
 
 
-def _spec_file(tmp_path, name: str, trials: int) -> str:
+def _spec_file(tmp_path, name: str, trials: int, sleep: float = 0.2) -> str:
     p = tmp_path / f"{name}.yaml"
     p.write_text(
         f"name: {name}\n"
@@ -26,7 +26,7 @@ def _spec_file(tmp_path, name: str, trials: int) -> str:
         "pruner: {name: none}\n"
         f"budget: {{trials: {trials}, parallel: 1}}\n"
         f"trainer: {{entrypoint: 'byo_tasks:slow', code_dir: '{BYO}', epochs: 2, "
-        "params: {sleep: 0.2}}\n"
+        f"params: {{sleep: {sleep}}}}}\n"
     )
     return str(p)
 
@@ -40,16 +40,18 @@ def test_two_drivers_share_one_postgres_study(postgres, tmp_path):
         "SWEEPS_STORAGE": optuna_url,
         "MLFLOW_TRACKING_URI": mlflow_url,
     }
-    spec = _spec_file(tmp_path, "shared", 10)
-    # Create the study (and MLflow schema) once before two writers race for it.
-    first = subprocess.Popen(
-        [sys.executable, "-m", "sweeps.cli", "run", spec],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(8)
+    spec = _spec_file(tmp_path, "shared", 10, sleep=1.0)
+    # The first driver creates the study (and MLflow schema) before the second joins it.
+    first = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", spec], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if api.show("shared", optuna_url)["trials"]:
+                break
+        except Exception:
+            pass
+        time.sleep(0.5)
     second = subprocess.Popen(
         [sys.executable, "-m", "sweeps.cli", "run", spec, "--join"],
         env=env,
