@@ -25,6 +25,9 @@ def test_two_node_cluster_runs_a_trial_across_nodes(tmp_path):
     temp = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
+    # Ray 2.60 token auth: every process of this cluster (nodes, `ray status`, the driver)
+    # uses the same token file (~/.ray/auth_token); say so explicitly so none falls back.
+    env["RAY_AUTH_MODE"] = "token"
     common = ["--num-cpus", "1", "--block", "--disable-usage-stats"]
     head = subprocess.Popen(
         [
