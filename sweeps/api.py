@@ -33,11 +33,13 @@ def validate_spec(spec: Spec) -> None:
     _check_entrypoint(spec)
     make_sampler(spec)
     make_pruner(spec.pruner)
-    if spec.resources.machine_type:
-        from tracking.costs import machine
+    from tracking.costs import machine
 
+    searched = spec.search_space.get("resources.machine_type")
+    names = list(getattr(searched, "choices", [])) or [spec.resources.machine_type]
+    for name in names:
         try:
-            machine(spec.resources.machine_type)
+            machine(str(name))
         except KeyError as e:
             raise SpecError(str(e).strip("'\"")) from None
 
@@ -85,6 +87,8 @@ def run(
     uri = paths.tracking_uri(spec.tracking.uri)
     paths.ensure_local_dirs(uri)
     check_reachable(uri)  # before any trial starts: a dead server is a clear error, not lost work
+    if uri.startswith("sqlite:///"):
+        _wal(uri.removeprefix("sqlite:///"))
     artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
     tracker = MLflowTracker(uri, artifact_root)
     try:
@@ -102,6 +106,18 @@ def run(
         return outcome
     finally:
         tracker.close()
+
+
+def _wal(path: str) -> None:
+    """MLflow's SQLite store in WAL mode (persistent on the file): readers such as the MLflow UI
+    no longer block the driver's writer thread, and commits stop waiting on the journal."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(path, timeout=30) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        pass  # an optimization only
 
 
 def _log_plots(tracker: Any, outcome: Any) -> None:

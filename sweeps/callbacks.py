@@ -37,6 +37,7 @@ class TrialRecord:
     log: str = ""
     error: str | None = None
     trial: Any = None  # the optuna.Trial (ask/tell handle), driver-side only
+    shape: Any = None  # the LaneShape this trial needs
 
 
 @dataclass

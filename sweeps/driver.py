@@ -108,6 +108,8 @@ class Driver:
         self.cost_usd = 0.0
         self.gpu_hours = 0.0
         self.lane_index = 0
+        # Trials sampled for a worker-group shape no running lane has (resources searched).
+        self.pending: dict[LaneShape, list[TrialRecord]] = {}
 
     # ----- set-up ---------------------------------------------------------------------------
     def _recover(self, study: Any, ctx: SweepContext) -> None:
@@ -294,9 +296,9 @@ class Driver:
             )
 
     # ----- lanes ----------------------------------------------------------------------------
-    def _start_lane(self) -> None:
+    def _start_lane(self, shape: LaneShape | None = None) -> None:
         r = self.spec.resources
-        shape = LaneShape(r.workers, r.cpus_per_worker, r.gpus_per_worker)
+        shape = shape or LaneShape(r.workers, r.cpus_per_worker, r.gpus_per_worker)
         lane = Lane(make_lane_id(self.spec.name, self.lane_index), shape)
         self.lane_index += 1
         self.lanes[lane.lane_id] = lane
@@ -327,7 +329,10 @@ class Driver:
                 if self.lane_deaths >= MAX_LANE_DEATHS:
                     self.state = "failed"
                     self._stop_launching(f"{self.lane_deaths} lanes failed: {_one_line(err)}")
-            if self.launching and self.budget.check(self.study, self).launch:
+            waiting = [shape for shape, recs in self.pending.items() if recs]
+            if waiting and (self.launching or not self.cancel):
+                self._start_lane(waiting[0])
+            elif self.launching and self.budget.check(self.study, self).launch:
                 self._start_lane()
 
     # ----- events ---------------------------------------------------------------------------
@@ -378,7 +383,7 @@ class Driver:
 
     def _next_trial(self, lane_id: str, seq: int) -> dict[str, Any]:
         lane = self.lanes.get(lane_id)
-        if not self.launching or lane is None:
+        if lane is None or self.cancel:
             return {"stop": True}
         recycle = (
             1
@@ -396,16 +401,24 @@ class Driver:
                 lane.first_rss_mb,
             )
             return {"stop": True}
-        decision = self.budget.check(self.study, self)
-        if not decision.launch:
-            self._stop_launching(decision.reason)
+        waiting = self.pending.get(lane.shape)
+        if waiting:  # a trial sampled earlier for this lane's shape
+            return self._assign(waiting.pop(0), lane, seq)
+        if not self.launching:
             return {"stop": True}
+        from sweeps.study import launch_lock
+
+        with launch_lock(self.study):
+            decision = self.budget.check(self.study, self)
+            if not decision.launch:
+                self._stop_launching(decision.reason)
+                return {"stop": True}
+            trial = self.study.ask()
         now = time.time()
-        trial = self.study.ask()
         try:
             params = space.suggest(trial, self.spec)
         except Exception as e:
-            self.study.tell(trial, state=_states().FAIL)
+            self._tell(trial, state=_states().FAIL)
             self.state = "failed"
             self._stop_launching(f"sampler failed: {_one_line(e)}")
             return {"stop": True}
@@ -424,39 +437,76 @@ class Driver:
         if t.entrypoint:
             config = {"epochs": t.epochs, "batch_size": t.batch_size, "data_dir": t.data_dir}
         config.update(t.params)
-        config.update(params)
-        requeued = trial.user_attrs.get("sweeps.requeued_from")
+        config.update({k: v for k, v in params.items() if not k.startswith("resources.")})
         rec = TrialRecord(
             number=trial.number,
             trial_id=trial._trial_id,
-            lane_id=lane_id,
-            seq=seq,
+            lane_id="",
+            seq=0,
             params=params,
             config=config,
             seed=seed,
             asked_at=now,
             assigned_at=now,
-            startup_s=(now - lane.started_at) if lane.trials_run == 0 else 0.0,
         )
         rec.trial = trial
+        rec.shape = self._shape(params)
+        if rec.shape != lane.shape:
+            # Resources are searched and this trial needs another worker-group shape: it waits
+            # for a lane of its own, which replaces this one (the lane count stays `parallel`).
+            self.pending.setdefault(rec.shape, []).append(rec)
+            return {"stop": True}
+        return self._assign(rec, lane, seq)
+
+    def _tell(self, trial: Any, *args: Any, **kw: Any) -> None:
+        """study.tell as inside optimize(): samplers that end the search themselves (the grid
+        sampler once every point was tried) call study.stop(), which only works there."""
+        local = self.study._thread_local
+        before = getattr(local, "in_optimize_loop", False)
+        local.in_optimize_loop = True
+        try:
+            self.study.tell(trial, *args, **kw)
+        finally:
+            local.in_optimize_loop = before
+        if getattr(self.study, "_stop_flag", False):
+            self._stop_launching("search space exhausted (the sampler stopped the study)")
+
+    def _shape(self, params: dict[str, Any]) -> LaneShape:
+        r = self.spec.resources
+        return LaneShape(
+            int(params.get("resources.workers", r.workers)),
+            r.cpus_per_worker,
+            float(params.get("resources.gpus_per_worker", r.gpus_per_worker)),
+        )
+
+    def _assign(self, rec: TrialRecord, lane: Lane, seq: int) -> dict[str, Any]:
+        """Bind a sampled trial to a lane: MLflow run, Optuna links, the worker's assignment."""
+        now = time.time()
+        rec.lane_id, rec.seq, rec.assigned_at = lane.lane_id, seq, now
+        rec.startup_s = (now - lane.started_at) if lane.trials_run == 0 else 0.0
+        trial = rec.trial
+        r = self.spec.resources
+        rec.config["_workers"] = rec.shape.workers
+        rec.config["_gpus_per_worker"] = rec.shape.gpus_per_worker
+        rec.config["_machine_type"] = rec.params.get("resources.machine_type", r.machine_type)
+        requeued = trial.user_attrs.get("sweeps.requeued_from")
         if requeued is not None:
             rec.config["_requeued_from"] = requeued
         trial.set_user_attr("sweeps.driver", self.driver_id)
-        trial.set_user_attr("sweeps.lane", lane_id)
-        trial.set_user_attr("sweeps.seed", seed)
+        trial.set_user_attr("sweeps.lane", lane.lane_id)
+        trial.set_user_attr("sweeps.seed", rec.seed)
         for cb in self.callbacks:
             run_id = cb.on_trial_start(self.ctx, rec)
             if run_id:
                 rec.run_id = run_id
                 trial.set_user_attr("mlflow_run_id", run_id)
-        rec.config.pop("_requeued_from", None)
-        self.running[(lane_id, seq)] = rec
+        self.running[(lane.lane_id, seq)] = rec
         lane.trials_run += 1
         return {
             "trial_number": trial.number,
-            "seed": seed,
-            "params": params,
-            "config": config,
+            "seed": rec.seed,
+            "params": rec.params,
+            "config": {k: v for k, v in rec.config.items() if not k.startswith("_")},
             "seq": seq,
         }
 
@@ -500,11 +550,14 @@ class Driver:
         r = self.spec.resources
         seconds = time.time() - rec.assigned_at
         try:
-            m = machine(r.machine_type)
+            m = machine(rec.config.get("_machine_type", r.machine_type))
         except KeyError:
             return seconds, 0.0, 0.0
         cost, gpuh = trial_cost(
-            m, workers=r.workers, gpus_per_worker=r.gpus_per_worker, seconds=seconds
+            m,
+            workers=rec.config.get("_workers", r.workers),
+            gpus_per_worker=rec.config.get("_gpus_per_worker", r.gpus_per_worker),
+            seconds=seconds,
         )
         return seconds, cost, gpuh
 
@@ -545,12 +598,12 @@ class Driver:
             return
         self._record_attrs(rec, extra)  # before tell: finished trials are read-only
         if values is not None:
-            self.study.tell(trial, values if len(values) > 1 else values[0])
+            self._tell(trial, values if len(values) > 1 else values[0])
             state = "COMPLETE"
             if len(values) == 1:
                 self.budget.record_value(values[0])
         else:
-            self.study.tell(trial, state=S.PRUNED)
+            self._tell(trial, state=S.PRUNED)
             state = "PRUNED"
         for cb in self.callbacks:
             cb.on_trial_end(self.ctx, rec, state, values, result, extra)
@@ -597,7 +650,7 @@ class Driver:
         st.set_trial_user_attr(rec.trial_id, "sweeps.error", error[:2000])
         self._record_attrs(rec, extra)
         try:
-            self.study.tell(rec.trial, state=_states().FAIL)
+            self._tell(rec.trial, state=_states().FAIL)
         except Exception as e:  # already finished elsewhere: keep going
             log.warning("tell FAIL for trial %s: %s", rec.number, e)
         self.failures.record(error)
@@ -611,6 +664,10 @@ class Driver:
         """On an abrupt stop, nothing is left RUNNING: trials in flight are FAIL, runs KILLED."""
         for rec in list(self.running.values()):
             self._end_failed(rec, f"cancelled: {self.stop_reason}")
+        for recs in self.pending.values():
+            for rec in recs:
+                self._tell(rec.trial, state=_states().FAIL)
+        self.pending.clear()
 
     def _summary(self, study: Any) -> SweepSummary:
         counts: dict[str, int] = {}

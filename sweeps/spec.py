@@ -224,6 +224,8 @@ class Tracking(_Model):
         return v
 
 
+# Resources the sweep itself may search, for cost/speed trade-offs: each shape gets a lane.
+SEARCHABLE_RESOURCES = ("resources.workers", "resources.gpus_per_worker", "resources.machine_type")
 COMPUTED_METRICS = ("cost_usd", "gpu_hours", "train_seconds", "param_count")
 
 
@@ -261,6 +263,15 @@ class Spec(_Model):
 
     @model_validator(mode="after")
     def _conditions(self) -> Spec:
+        for pname, p in self.search_space.items():
+            if pname.startswith("resources.") and pname not in SEARCHABLE_RESOURCES:
+                raise ValueError(
+                    f"search_space.{pname}: only {', '.join(SEARCHABLE_RESOURCES)} can be searched"
+                )
+            if pname == "resources.workers" and isinstance(p, FloatParam):
+                raise ValueError(f"search_space.{pname}: must be int or categorical")
+            if pname == "resources.machine_type" and not isinstance(p, CategoricalParam):
+                raise ValueError(f"search_space.{pname}: must be categorical")
         for pname, p in self.search_space.items():
             for dep, value in (p.when or {}).items():
                 if dep == pname:

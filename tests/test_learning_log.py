@@ -167,3 +167,20 @@ def test_ctrl_c_finishes_running_trials_and_exits_130(home, tmp_path):
     assert states == {"COMPLETE"}, "the running trial finished; nothing left RUNNING"
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     assert all(client.get_run(t["mlflow_run_id"]).info.status == "FINISHED" for t in doc["trials"])
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_system_metrics_on_the_sweep_run(home, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
+    spec = byo(
+        "slow",
+        name="sysm",
+        budget={"trials": 2},
+        tracking={"system_metrics": True},
+        trainer={"epochs": 3, "params": {"sleep": 0.5}},
+    )
+    out = api.run(spec, install_signals=False)
+    metrics = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(out.parent_run_id).data.metrics
+    assert any(k.startswith("system/") and "cpu_utilization_percentage" in k for k in metrics), (
+        sorted(metrics)
+    )

@@ -42,8 +42,13 @@ def test_two_drivers_share_one_postgres_study(postgres, tmp_path):
     }
     spec = _spec_file(tmp_path, "shared", 10, sleep=1.0)
     # The first driver creates the study (and MLflow schema) before the second joins it.
-    first = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", spec], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "run", spec],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         try:

@@ -222,3 +222,45 @@ def test_warm_start_reuses_earlier_trials(home):
     tags = client.get_run(out.parent_run_id).data.tags
     assert tags["sweeps.warm_start.from"] == "warm-a"
     assert f"copied {len(fits)} of 4" in tags["sweeps.warm_start.notes"]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_resources_are_searched_like_any_parameter(home, priced):
+    spec = byo(
+        "nodes",
+        name="shapes",
+        budget={"trials": 4, "parallel": 1},
+        sampler={"name": "grid"},
+        search_space={
+            "lr": {"type": "categorical", "choices": [0.01]},
+            "resources.workers": {"type": "categorical", "choices": [1, 2]},
+            "resources.machine_type": {"type": "categorical", "choices": ["dear", "gpu-box"]},
+        },
+        trainer={"epochs": 1},
+    )
+    out = api.run(spec, install_signals=False)
+    assert out.state == "finished", out.reason
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    seen = set()
+    for t in api.show("shapes")["trials"]:
+        assert t["state"] == "COMPLETE", t
+        run = client.get_run(t["mlflow_run_id"])
+        workers = t["params"]["resources.workers"]
+        assert run.data.tags["sweeps.hw.world_size"] == str(workers)
+        assert run.data.params["resources.workers"] == str(workers)
+        price = 3600 if t["params"]["resources.machine_type"] == "dear" else 7200
+        assert run.data.metrics["cost_usd"] == pytest.approx(
+            price / 3600 * workers * run.data.metrics["duration_s"], rel=1e-6
+        )
+        seen.add((workers, t["params"]["resources.machine_type"]))
+    assert len(seen) == 4
+
+
+def test_only_some_resources_are_searchable():
+    with pytest.raises(Exception, match="resources.cpus_per_worker: only"):
+        spec_from_dict(
+            {
+                "name": "x",
+                "search_space": {"resources.cpus_per_worker": {"type": "int", "low": 1, "high": 2}},
+            }
+        )

@@ -221,8 +221,22 @@ class MLflowTracker(DriverCallback):
         for k, v in redact_mapping(spec.pruner.options, "pruner.options").items():
             params[f"pruner.options.{k}"] = v
         self._log_params(ctx.parent_run_id, params)
+        if spec.tracking.system_metrics:
+            self._start_system_metrics(ctx.parent_run_id)
         yaml_text = _redacted_spec_yaml(spec)
         self._submit(self.client.log_text, ctx.parent_run_id, yaml_text, "spec.yaml")
+
+    def _start_system_metrics(self, run_id: str) -> None:
+        """CPU, memory, disk, network (and GPU with nvidia-ml-py) of the driver's node on the
+        sweep's run. Workers do not write to MLflow, so per-worker numbers are not collected."""
+        import platform
+
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self.system_monitor = SystemMetricsMonitor(
+            run_id, sampling_interval=5, tracking_uri=self.uri, node_id=platform.node()
+        )
+        self.system_monitor.start()
 
     def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -427,6 +441,9 @@ class MLflowTracker(DriverCallback):
         if summary.best_value is not None:
             m["best_value"] = summary.best_value
         pid = ctx.parent_run_id
+        monitor = getattr(self, "system_monitor", None)
+        if monitor is not None:
+            monitor.finish()
         self._submit(
             self.client.log_batch, pid, metrics=[Metric(k, v, now, 0) for k, v in m.items()]
         )
