@@ -40,11 +40,57 @@ def _storage(url: str) -> Any:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         if url.startswith("sqlite"):
             _fast_sqlite(storage.engine)
+        _ride_out_outages(storage, url)
         return storage
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ModuleNotFoundError) as e:
         raise ServiceError(f"Optuna storage {_safe(url)} is unusable: {_one_line(e)}") from None
     except ValueError as e:
         raise SpecError(f"storage: {_one_line(e)}") from None
+
+
+OUTAGE_S = float(os.environ.get("SWEEPS_STORAGE_OUTAGE_S", "300"))
+
+
+def _ride_out_outages(storage: Any, url: str) -> None:
+    """If the database goes away mid-sweep, the driver pauses and retries (bounded) instead of
+    dying with trials in flight: a restarted PostgreSQL costs a pause, not a resume."""
+    import logging
+
+    import sqlalchemy.exc
+    from optuna.exceptions import StorageInternalError
+
+    transient = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+    log = logging.getLogger("sweeps.storage")
+
+    def wrap(fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            deadline, delay = time.monotonic() + OUTAGE_S, 0.5
+            while True:
+                try:
+                    return fn(*args, **kw)
+                except (*transient, StorageInternalError) as e:
+                    # Optuna wraps a failed commit; only a lost connection underneath is ours
+                    # to wait out, a bad value is not.
+                    if isinstance(e, StorageInternalError) and not isinstance(
+                        e.__cause__, transient
+                    ):
+                        raise
+                    if time.monotonic() + delay > deadline:
+                        raise ServiceError(
+                            f"Optuna storage {_safe(url)} unreachable for {OUTAGE_S:g} s: "
+                            f"{_one_line(e)}"
+                        ) from None
+                    log.warning("Optuna storage unreachable, sweep paused: %s", _one_line(e))
+                    time.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+
+        return call
+
+    for name in dir(storage):
+        if name.startswith(("get_", "set_", "create_new_", "check_")) and callable(
+            getattr(storage, name)
+        ):
+            setattr(storage, name, wrap(getattr(storage, name)))
 
 
 def _fast_sqlite(engine: Any) -> None:

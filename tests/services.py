@@ -61,6 +61,8 @@ class Postgres:
     port: int
     password: str
     admin_password: str
+    datadir: str = ""
+    options: str = ""
 
     def url(self, db: str = "sweeps", driver: str = "postgresql+psycopg") -> str:
         return f"{driver}://sweeps:{self.password}@127.0.0.1:{self.port}/{db}"
@@ -88,6 +90,25 @@ class Postgres:
     def create_database(self, name: str) -> str:
         self.sql(f"CREATE DATABASE {name} OWNER sweeps")
         return self.url(name)
+
+    def stop(self) -> None:
+        """An outage: the server goes away (connections drop) until start()."""
+        _as_postgres([_pg_bin("pg_ctl"), "-D", self.datadir, "-m", "fast", "-w", "stop"])
+
+    def start(self) -> None:
+        _as_postgres(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                self.datadir,
+                "-l",
+                self.datadir + ".log",
+                "-w",
+                "-o",
+                self.options,
+                "start",
+            ]
+        )
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +139,9 @@ def postgres():
             "--no-sync",
         ]
     )
+    options = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} -c fsync=off -c max_connections=200"
+    )
     _as_postgres(
         [
             _pg_bin("pg_ctl"),
@@ -127,12 +151,11 @@ def postgres():
             os.path.join(base, "log"),
             "-w",
             "-o",
-            f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} -c fsync=off "
-            "-c max_connections=200",
+            options,
             "start",
         ]
     )
-    pg = Postgres(port, secrets.token_hex(8), admin)
+    pg = Postgres(port, secrets.token_hex(8), admin, datadir, options)
     pg.sql(f"CREATE USER sweeps WITH PASSWORD '{pg.password}' CREATEDB")
     pg.sql("CREATE DATABASE sweeps OWNER sweeps")
     yield pg
@@ -156,9 +179,14 @@ class MlflowServer:
 
 
 def start_mlflow_server(
-    backend: str, artifacts: str, *, auth: bool = False, env_extra: dict | None = None
+    backend: str,
+    artifacts: str,
+    *,
+    auth: bool = False,
+    env_extra: dict | None = None,
+    port: int | None = None,
 ) -> MlflowServer:
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, **(env_extra or {})}
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [
