@@ -52,12 +52,16 @@ def spec(
 
 def audit(home: Path, name: str) -> tuple[int, int, dict]:
     """(trials lost, left RUNNING, state counts) for a sweep in both stores."""
+    return audit_with(f"sqlite:///{home}/optuna.db", f"sqlite:///{home}/mlflow.db", name)
+
+
+def audit_with(storage: str, tracking: str, name: str) -> tuple[int, int, dict]:
     from mlflow.tracking import MlflowClient
 
     from sweeps import api
 
-    doc = api.show(name, f"sqlite:///{home}/optuna.db")
-    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    doc = api.show(name, storage)
+    client = MlflowClient(tracking)
     lost = running = 0
     counts: dict[str, int] = {}
     for t in doc["trials"]:
@@ -187,6 +191,64 @@ def main() -> None:
             int(r.returncode == 1 and "unreachable" in r.stderr),
             0,
             0,
+        )
+    )
+
+    # 6b. tracking server lost mid-sweep, 6c. Optuna database lost mid-sweep: both pause + retry
+    sys.path.insert(0, str(ROOT / "tests"))
+    from urllib.parse import urlparse
+
+    from services import postgres_server, start_mlflow_server
+
+    def outage(name: str, env: dict, cut, heal) -> tuple[int, int, int]:
+        h = home(name)
+        s = spec(h, name, "slow", 6, params="{sleep: 0.3}")
+        p = subprocess.Popen(
+            [sys.executable, "-m", "sweeps.cli", "run", str(s)],
+            env={**os.environ, "SWEEPS_HOME": str(h), **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = env.get("SWEEPS_STORAGE", f"sqlite:///{h}/optuna.db")
+        wait_for(lambda: sum(t["state"] == "COMPLETE" for t in api.show(name, url)["trials"]) >= 2)
+        cut()
+        time.sleep(4)
+        heal()
+        p.wait(timeout=600)
+        return h, url, p.returncode
+
+    srv = [start_mlflow_server(f"sqlite:///{base}/srv.db", str(base / "srv-art"))]
+    port = urlparse(srv[0].url).port
+    h, url, rc = outage(
+        "mlflowlost",
+        {"MLFLOW_TRACKING_URI": srv[0].url},
+        lambda: srv[0].stop(),
+        lambda: srv.append(
+            start_mlflow_server(f"sqlite:///{base}/srv.db", str(base / "srv-art"), port=port)
+        ),
+    )
+    lost, left, c = audit_with(url, srv[-1].url, "mlflowlost")
+    srv[-1].stop()
+    rows.append(
+        (
+            "tracking server lost mid-sweep (4 s)",
+            1,
+            int(rc == 0 and c.get("COMPLETE") == 6),
+            lost,
+            left,
+        )
+    )
+    with postgres_server() as pg:
+        db = pg.create_database("chaos")
+        h, url, rc = outage("dblost", {"SWEEPS_STORAGE": db}, pg.stop, pg.start)
+        lost, left, c = audit_with(url, f"sqlite:///{h}/mlflow.db", "dblost")
+    rows.append(
+        (
+            "Optuna database lost mid-sweep (4 s)",
+            1,
+            int(rc == 0 and c.get("COMPLETE") == 6),
+            lost,
+            left,
         )
     )
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,13 @@ class Postgres:
 
 @pytest.fixture(scope="session")
 def postgres():
+    with postgres_server() as pg:
+        yield pg
+
+
+@contextmanager
+def postgres_server():
+    """A throwaway PostgreSQL on a free loopback port (also used by bench/chaos_report.py)."""
     base = tempfile.mkdtemp(prefix="sweeps-pg-")
     os.chmod(base, 0o755)
     datadir, sockdir = os.path.join(base, "data"), os.path.join(base, "sock")
@@ -158,9 +166,11 @@ def postgres():
     pg = Postgres(port, secrets.token_hex(8), admin, datadir, options)
     pg.sql(f"CREATE USER sweeps WITH PASSWORD '{pg.password}' CREATEDB")
     pg.sql("CREATE DATABASE sweeps OWNER sweeps")
-    yield pg
-    _as_postgres([_pg_bin("pg_ctl"), "-D", datadir, "-m", "immediate", "stop"])
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        yield pg
+    finally:
+        _as_postgres([_pg_bin("pg_ctl"), "-D", datadir, "-m", "immediate", "stop"])
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass
