@@ -252,6 +252,61 @@ def main() -> None:
         )
     )
 
+    # 8. load: 4 drivers x 50 trials on one PostgreSQL study (driver processes, one Ray each)
+    with postgres_server() as pg:
+        db, mdb = pg.create_database("load"), pg.create_database("loadml")
+        h = home("load")
+        s = spec(h, "load", "curve", 200, epochs=1)
+        e = {**os.environ, "SWEEPS_HOME": str(h), "SWEEPS_STORAGE": db, "MLFLOW_TRACKING_URI": mdb}
+        first = subprocess.Popen(
+            [sys.executable, "-m", "sweeps.cli", "run", str(s)],
+            env=e,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: api.show("load", db)["trials"])
+        rest = [
+            subprocess.Popen(
+                [sys.executable, "-m", "sweeps.cli", "run", str(s), "--join"],
+                env=e,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(3)
+        ]
+        rcs = [p.wait(timeout=1200) for p in [first, *rest]]
+        lost, left, c = audit_with(db, mdb, "load")
+        doc = api.show("load", db)
+        numbers = [t["number"] for t in doc["trials"]]
+        ok = (
+            rcs == [0] * 4
+            and len(numbers) == 200 == len(set(numbers))
+            and len({t["mlflow_run_id"] for t in doc["trials"]}) == 200
+        )
+    rows.append(
+        (
+            "load: 4 drivers x 50 trials, one PostgreSQL study",
+            200,
+            200 if ok else c.get("COMPLETE", 0),
+            lost,
+            left,
+        )
+    )
+
+    # 9. secrets: values under secret-looking keys never reach a store, report or output
+    h = home("secrets")
+    secret = "sk-chaos-9f8e7d6c5b4a"
+    s = spec(h, "secrets", "curve", 2, params=f"{{api_key: {secret}, db_password: {secret}}}")
+    r = cli(h, "run", str(s), "--json", timeout=600)
+    rep = cli(h, "report", "secrets", timeout=300)
+    blobs = [r.stdout, r.stderr, rep.stdout]
+    blobs += [p.read_bytes().decode("latin-1") for p in h.rglob("*") if p.is_file()]
+    leaks = sum(secret in b for b in blobs)
+    lost, left, _ = audit(h, "secrets")
+    rows.append(
+        ("secrets in spec fields (stores, report, output grepped)", 1, int(leaks == 0), lost, left)
+    )
+
     # 7. bad input: invalid specs and arguments
     bad = [
         "budget.trials=-1",

@@ -80,16 +80,24 @@ def _ride_out_outages(storage: Any, url: str) -> None:
                             f"Optuna storage {_safe(url)} unreachable for {OUTAGE_S:g} s: "
                             f"{_one_line(e)}"
                         ) from None
-                    log.warning("Optuna storage unreachable, sweep paused: %s", _one_line(e))
+                    cause = e.__cause__ or e
+                    log.warning("Optuna storage unreachable, sweep paused: %s", _one_line(cause))
                     time.sleep(delay)
                     delay = min(delay * 2, 10.0)
 
         return call
 
+    # Optuna's caching layer also calls a few private methods of the backend directly.
+    private = (
+        "_create_new_trial",
+        "_get_trials",
+        "_set_trial_param",
+        "_get_best_trial_id",
+        "_get_stale_trial_ids",
+    )
     for name in dir(storage):
-        if name.startswith(("get_", "set_", "create_new_", "check_")) and callable(
-            getattr(storage, name)
-        ):
+        public = name.startswith(("get_", "set_", "create_new_", "check_", "record_"))
+        if (public or name in private) and callable(getattr(storage, name)):
             setattr(storage, name, wrap(getattr(storage, name)))
 
 
