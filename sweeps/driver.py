@@ -459,6 +459,8 @@ class Driver:
         return self._assign(rec, lane, seq)
 
     def _tell(self, trial: Any, *args: Any, **kw: Any) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
+
         """study.tell as inside optimize(): samplers that end the search themselves (the grid
         sampler once every point was tried) call study.stop(), which only works there."""
         local = self.study._thread_local
@@ -466,6 +468,10 @@ class Driver:
         local.in_optimize_loop = True
         try:
             self.study.tell(trial, *args, **kw)
+        except UpdateFinishedTrialError:
+            # The state is already written: a commit that went through just before the
+            # database connection dropped, then retried.
+            log.warning("trial %s was already finished in the storage", trial.number)
         finally:
             local.in_optimize_loop = before
         if getattr(self.study, "_stop_flag", False):

@@ -17,7 +17,14 @@ from sweeps import api
 
 def _run_in_thread(spec) -> tuple[threading.Thread, list]:
     box: list = []
-    th = threading.Thread(target=lambda: box.append(api.run(spec, install_signals=False)))
+
+    def target() -> None:
+        try:
+            box.append(api.run(spec, install_signals=False))
+        except Exception as e:  # shown by the assertion below
+            box.append(e)
+
+    th = threading.Thread(target=target)
     th.start()
     return th, box
 
@@ -63,7 +70,7 @@ def test_tracking_server_lost_mid_sweep(home, tmp_path, monkeypatch):
         time.sleep(4)
         server = start_mlflow_server(backend, art, port=port)  # ...and back
         th.join(timeout=600)
-        assert box and box[0].state == "finished", box
+        assert box and not isinstance(box[0], Exception) and box[0].state == "finished", box
         _assert_whole("mlflow-outage", None, server.url, 6, 3)
     finally:
         server.stop()
@@ -85,5 +92,5 @@ def test_optuna_database_lost_mid_sweep(postgres, home, monkeypatch):
     time.sleep(4)
     postgres.start()
     th.join(timeout=600)
-    assert box and box[0].state == "finished", box
+    assert box and not isinstance(box[0], Exception) and box[0].state == "finished", box
     _assert_whole("db-outage", url, f"sqlite:///{home}/mlflow.db", 6, 3)
