@@ -51,9 +51,8 @@ def _storage(url: str) -> Any:
 OUTAGE_S = float(os.environ.get("SWEEPS_STORAGE_OUTAGE_S", "300"))
 
 
-def _ride_out_outages(storage: Any, url: str) -> None:
-    """If the database goes away mid-sweep, the driver pauses and retries (bounded) instead of
-    dying with trials in flight: a restarted PostgreSQL costs a pause, not a resume."""
+def outage_tolerant(fn: Any, url: str) -> Any:
+    """`fn`, retried with backoff while the database is unreachable (up to OUTAGE_S)."""
     import logging
 
     import sqlalchemy.exc
@@ -87,6 +86,12 @@ def _ride_out_outages(storage: Any, url: str) -> None:
 
         return call
 
+    return wrap(fn)
+
+
+def _ride_out_outages(storage: Any, url: str) -> None:
+    """If the database goes away mid-sweep, the driver pauses and retries (bounded) instead of
+    dying with trials in flight: a restarted PostgreSQL costs a pause, not a resume."""
     # Optuna's caching layer also calls a few private methods of the backend directly.
     private = (
         "_create_new_trial",
@@ -98,7 +103,7 @@ def _ride_out_outages(storage: Any, url: str) -> None:
     for name in dir(storage):
         public = name.startswith(("get_", "set_", "create_new_", "check_", "record_"))
         if (public or name in private) and callable(getattr(storage, name)):
-            setattr(storage, name, wrap(getattr(storage, name)))
+            setattr(storage, name, outage_tolerant(getattr(storage, name), url))
 
 
 def _fast_sqlite(engine: Any) -> None:
@@ -259,13 +264,21 @@ def launch_lock(study: optuna.Study) -> Iterator[None]:
             import sqlalchemy
 
             key = zlib.crc32(f"sweeps:{study.study_name}".encode()) & 0x7FFFFFFF
-            with engine.connect() as conn:
+
+            def locked() -> Any:
+                conn = engine.connect()
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                return conn
+
+            with outage_tolerant(locked, url)() as conn:
                 try:
                     yield
                 finally:
-                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    conn.commit()
+                    try:
+                        conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                        conn.commit()
+                    except sqlalchemy.exc.SQLAlchemyError:
+                        pass  # the connection died: PostgreSQL dropped its lock with it
         elif url.startswith("sqlite") and engine.url.database:
             import fcntl
 
