@@ -3,6 +3,8 @@ sweeps with a selection rule, budgets in money, warm starts."""
 
 from __future__ import annotations
 
+import warnings
+
 import optuna
 import pytest
 from conftest import byo, make_spec
@@ -47,6 +49,30 @@ def test_every_sampler_honours_conditions_and_seeds(sampler):
     assert first == run(), "a seed makes the sampler reproducible"
 
 
+def test_tpe_models_a_conditional_space_in_groups():
+    from sweeps.samplers import tpe_options
+
+    def spec(space: dict, **options) -> object:
+        sampler = {"name": "tpe", "seed": 0, "options": options}
+        return spec_from_dict({"name": "s", "search_space": space, "sampler": sampler})
+
+    plain = {"lr": COND["lr"]}
+    assert tpe_options(spec(plain)) == {}, "an unconditional space keeps Optuna's defaults"
+    assert tpe_options(spec(COND)) == {"multivariate": True, "group": True}
+    assert tpe_options(spec(COND, group=False)) == {"group": False}, "the user's choice wins"
+    assert tpe_options(spec(COND, multivariate=False)) == {"multivariate": False}
+
+    s = spec(COND, n_startup_trials=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", optuna.exceptions.ExperimentalWarning)
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(s))
+    for _ in range(12):  # ten of them sampled by the grouped model, not at random
+        t = study.ask()
+        p = space.suggest(t, s)
+        assert ("momentum" in p) == (p["optimizer"] == "sgd"), p
+        study.tell(t, p["lr"] - p.get("momentum", 0.0) / 10)
+
+
 @pytest.mark.parametrize(
     "pruner",
     [
@@ -83,22 +109,48 @@ def test_every_pruner_prunes_a_hopeless_trial_or_never(pruner):
     assert pruned == (pruner["name"] != "none")
 
 
+# Every sampler drives a real sweep of the built-in trainer, each paired with one pruner so
+# that every pruner also sees real per-epoch reports (its decisions are tested above).
+PAIRS = [
+    ("tpe", {"name": "median", "options": {"n_startup_trials": 1}}),
+    ("random", {"name": "percentile"}),
+    ("grid", {"name": "successive_halving", "options": {"min_resource": 1}}),
+    ("cmaes", {"name": "hyperband", "options": {"min_resource": 1, "max_resource": 2}}),
+    ("gp", {"name": "patient", "options": {"patience": 1}, "wraps": {"name": "median"}}),
+    ("nsga2", {"name": "none"}),
+    ("qmc", {"name": "none"}),
+]
+
+
 @pytest.mark.usefixtures("ray_cluster")
-@pytest.mark.parametrize("sampler", ["grid", "qmc"])
-def test_samplers_drive_a_real_tiny_sweep(home, sampler):
-    spec = byo(
-        "curve",
-        name=f"s-{sampler}",
+@pytest.mark.parametrize(("sampler", "pruner"), PAIRS, ids=[p[0] for p in PAIRS])
+def test_every_sampler_and_pruner_drive_a_tiny_built_in_sweep(home, sampler, pruner):
+    name = f"s-{sampler}"
+    spec = make_spec(
+        name=name,
         sampler={"name": sampler, "seed": 1},
-        search_space={"lr": {"type": "float", "low": 0.01, "high": 0.05, "step": 0.01}},
-        budget={"trials": 3},
+        pruner=pruner,
+        # discrete, so the grid sampler can walk it; two dimensions, so CMA-ES really runs
+        search_space={
+            "lr": {"type": "float", "low": 0.005, "high": 0.02, "step": 0.005},
+            "hidden": {"type": "int", "low": 16, "high": 32, "step": 16},
+        },
+        trainer={"epochs": 2},
+        budget={"trials": 4, "parallel": 2},
     )
     out = api.run(spec, install_signals=False)
     assert out.state == "finished"
-    trials = api.show(f"s-{sampler}")["trials"]
-    assert [t["state"] for t in trials] == ["COMPLETE"] * 3
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{home}/optuna.db")
+    trials = study.trials
+    assert len(trials) == 4
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    for t in trials:
+        assert t.intermediate_values, "per-epoch reports reached the pruner"
+        assert 0.0 < t.intermediate_values[max(t.intermediate_values)] <= 1.0
     if sampler == "grid":
-        assert len({t["params"]["lr"] for t in trials}) == 3
+        assert len({(t.params["lr"], t.params["hidden"]) for t in trials}) == 4
+    params = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(out.parent_run_id).data.params
+    assert (params["sampler"], params["pruner"]) == (sampler, pruner["name"])
 
 
 @pytest.mark.usefixtures("ray_cluster")
