@@ -27,7 +27,6 @@ STALE_AFTER_S = 45.0
 
 
 def _storage(url: str) -> Any:
-    import optuna
     import sqlalchemy.exc
 
     ensure_local_dirs(url)
@@ -37,7 +36,7 @@ def _storage(url: str) -> Any:
     else:
         kwargs = {"pool_pre_ping": True}
     try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        storage = _new_rdb_storage(url, kwargs)
         if url.startswith("sqlite"):
             _fast_sqlite(storage.engine)
         _ride_out_outages(storage, url)
@@ -46,6 +45,27 @@ def _storage(url: str) -> Any:
         raise ServiceError(f"Optuna storage {_safe(url)} is unusable: {_one_line(e)}") from None
     except ValueError as e:
         raise SpecError(f"storage: {_one_line(e)}") from None
+
+
+# What a process loses when another one creates the same schema at the same moment (a
+# `sweeps show` while the sweep starts, two drivers joining a new study): a CREATE TABLE, or
+# the alembic_version row. By the next attempt the schema is there and creation is a no-op.
+_SCHEMA_RACE = ("already exists", "unique constraint", "duplicate key", "database is locked")
+
+
+def _new_rdb_storage(url: str, kwargs: dict[str, Any], patience_s: float = 20.0) -> Any:
+    import optuna
+    import sqlalchemy.exc
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except sqlalchemy.exc.SQLAlchemyError as e:
+            raced = any(m in str(e).lower() for m in _SCHEMA_RACE)
+            if not raced or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 OUTAGE_S = float(os.environ.get("SWEEPS_STORAGE_OUTAGE_S", "300"))
@@ -181,6 +201,10 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
     """Read-only access for show/ls/report; unknown names are the user's typo (exit 2)."""
     import optuna
 
+    path = storage_url.removeprefix("sqlite:///")
+    if path != storage_url and not os.path.exists(path):
+        # Reading must not create the database: that would race the driver creating it.
+        raise NotFoundError(f"no sweep named '{name}' in {_safe(storage_url)} (no sweeps yet)")
     storage = _storage(storage_url)
     try:
         return optuna.load_study(study_name=name, storage=storage)

@@ -29,16 +29,34 @@ def _run_in_thread(spec) -> tuple[threading.Thread, list]:
     return th, box
 
 
-def _wait_complete(name: str, url: str | None, n: int, timeout: float = 180) -> None:
-    end = time.time() + timeout
+def _wait_complete(
+    name: str, url: str | None, n: int, th: threading.Thread, box: list, timeout: float = 180
+) -> None:
+    end, last = time.time() + timeout, None
     while time.time() < end:
         try:
-            if sum(t["state"] == "COMPLETE" for t in api.show(name, url)["trials"]) >= n:
+            doc = api.show(name, url)
+            last = [t["state"] for t in doc["trials"]]
+            if last.count("COMPLETE") >= n:
                 return
-        except Exception:
-            pass
+        except Exception as e:  # the study may not exist yet
+            last = e
+        if not th.is_alive():
+            raise AssertionError(f"{name}: the sweep ended before {n} trials completed: {box}")
         time.sleep(0.3)
-    raise AssertionError(f"{name}: {n} trials never completed")
+    raise AssertionError(f"{name}: {n} trials never completed; last seen: {last!r}\n{_stacks()}")
+
+
+def _stacks() -> str:
+    """Every thread's stack: where a sweep that makes no progress is stuck."""
+    import sys
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 def _assert_whole(name: str, url: str | None, tracking: str, trials: int, epochs: int) -> None:
@@ -65,7 +83,7 @@ def test_tracking_server_lost_mid_sweep(home, tmp_path, monkeypatch):
     )
     th, box = _run_in_thread(spec)
     try:
-        _wait_complete("mlflow-outage", None, 2)
+        _wait_complete("mlflow-outage", None, 2, th, box)
         server.stop()  # the server is gone for a while...
         time.sleep(4)
         server = start_mlflow_server(backend, art, port=port)  # ...and back
@@ -87,7 +105,7 @@ def test_optuna_database_lost_mid_sweep(postgres, home, monkeypatch):
         trainer={"epochs": 3, "params": {"sleep": 0.3}},
     )
     th, box = _run_in_thread(spec)
-    _wait_complete("db-outage", url, 2)
+    _wait_complete("db-outage", url, 2, th, box)
     postgres.stop()
     time.sleep(4)
     postgres.start()
