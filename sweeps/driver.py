@@ -119,11 +119,15 @@ class Driver:
         from sweeps.study import stale_running
 
         stale = stale_running(study, self.driver_id)
-        for t in stale:
-            study._storage.set_trial_user_attr(
-                t._trial_id, "sweeps.error", "driver lost; re-queued"
-            )
-            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        for t in list(stale):
+            try:
+                study._storage.set_trial_user_attr(
+                    t._trial_id, "sweeps.error", "driver lost; re-queued"
+                )
+                study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                stale.remove(t)  # its driver finished it after all: it was not stale
+                continue
             study.enqueue_trial(t.params, user_attrs={"sweeps.requeued_from": t.number})
             run_id = t.user_attrs.get("mlflow_run_id")
             if run_id and self.tracker is not None:
@@ -414,6 +418,8 @@ class Driver:
                 self._stop_launching(decision.reason)
                 return {"stop": True}
             trial = self.study.ask()
+            # Claimed at once: a driver joining now must not take it for a crashed one's.
+            trial.set_user_attr("sweeps.driver", self.driver_id)
         now = time.time()
         try:
             params = space.suggest(trial, self.spec)
@@ -498,7 +504,6 @@ class Driver:
         requeued = trial.user_attrs.get("sweeps.requeued_from")
         if requeued is not None:
             rec.config["_requeued_from"] = requeued
-        trial.set_user_attr("sweeps.driver", self.driver_id)
         trial.set_user_attr("sweeps.lane", lane.lane_id)
         trial.set_user_attr("sweeps.seed", rec.seed)
         for cb in self.callbacks:

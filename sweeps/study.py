@@ -246,9 +246,18 @@ def stale_running(study: optuna.Study, me: str) -> list[optuna.trial.FrozenTrial
     """RUNNING trials whose driver stopped beating: left behind by a crash (optuna#3215)."""
     import optuna
 
-    live = live_drivers(study) - {me}
+    now = time.time()
+    live = live_drivers(study, now) - {me}
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    return [t for t in running if t.user_attrs.get("sweeps.driver") not in live]
+
+    def stale(t: optuna.trial.FrozenTrial) -> bool:
+        owner = t.user_attrs.get("sweeps.driver")
+        if owner is None:  # asked a moment ago, not yet claimed; or its driver died right then
+            start = t.datetime_start.timestamp() if t.datetime_start else 0.0
+            return now - start >= STALE_AFTER_S
+        return owner not in live
+
+    return [t for t in running if stale(t)]
 
 
 def counted_trials(study: optuna.Study) -> int:

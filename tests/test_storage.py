@@ -53,3 +53,18 @@ def test_reading_a_sweep_never_creates_the_database(tmp_path):
     with pytest.raises(NotFoundError, match="no sweeps yet"):
         load_study("nope", f"sqlite:///{path}")
     assert not os.path.exists(path)
+
+
+def test_only_trials_of_dead_drivers_are_stale(tmp_path, monkeypatch):
+    import sweeps.study as st
+
+    study = open_study(make_spec(name="stale"), f"sqlite:///{tmp_path}/optuna.db")
+    st.heartbeat(study, "alive")  # this process: alive
+    study.set_user_attr("sweeps.driver.gone", {"t": 0, "host": "x", "pid": 1})
+    mine, theirs, unclaimed = study.ask(), study.ask(), study.ask()
+    mine.set_user_attr("sweeps.driver", "alive")
+    theirs.set_user_attr("sweeps.driver", "gone")
+    stale = {t.number for t in st.stale_running(study, "joiner")}
+    assert stale == {theirs.number}, "a trial asked a moment ago is not yet anybody's"
+    monkeypatch.setattr(st, "STALE_AFTER_S", 0.0)  # ...but one unclaimed for long is
+    assert unclaimed.number in {t.number for t in st.stale_running(study, "joiner")}
