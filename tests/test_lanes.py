@@ -94,7 +94,9 @@ def test_sigkilled_worker_restarts_the_lane_and_resumes_from_checkpoint(home, tm
         "kill_once",
         name="kill",
         budget={"trials": 2, "parallel": 1},
-        trainer={"epochs": 4, "params": {"marker_dir": str(tmp_path)}},
+        # Epochs longer than Ray Train's controller poll (0.2 s here): a checkpoint reported
+        # the instant before the kill may not be registered yet, an epoch-old one is.
+        trainer={"epochs": 4, "params": {"marker_dir": str(tmp_path), "epoch_s": 0.6}},
         resources={"max_failures": 2},
         execution={"checkpoint_min_interval_s": 0},
     )
@@ -107,9 +109,9 @@ def test_sigkilled_worker_restarts_the_lane_and_resumes_from_checkpoint(home, tm
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     for t in trials:
         run = client.get_run(t["mlflow_run_id"])
-        # Killed during epoch 3 after checkpointing epochs 1-2: resumed from a checkpoint of
-        # this trial, not from scratch. (Ray Train registers a checkpoint when its controller
-        # next polls; one reported just before the kill may not be registered yet.)
+        # Killed at the start of epoch 3 after checkpointing epochs 1-2: resumed from a
+        # checkpoint of this trial, not from scratch. (Ray Train registers a checkpoint when
+        # its controller next polls; epoch 2's, reported just before the kill, may not be.)
         assert run.data.metrics["final_resumed_from"] in (1.0, 2.0)
         assert run.data.tags["sweeps.restarts"] == "1"
         assert "restarted" in run.data.tags["sweeps.problems"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import time
 
 import sweeps
 
@@ -61,6 +62,7 @@ def kill_once(config):
         if e == 2 and not os.path.exists(marker) and ctx.rank == 0:
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(float(config.get("epoch_s", 0)))  # an epoch's training
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "epoch.txt"), "w") as f:
                 f.write(str(e + 1))
