@@ -1,6 +1,8 @@
 """Inject the faults a long sweep meets and count what survived.
 
-    .venv/bin/python bench/chaos_report.py [--out bench/RESULTS.md]
+    .venv/bin/python bench/chaos_report.py [--out bench/RESULTS.md] [--only node-lost]
+
+`--only node-lost` runs that fault alone and merges its row into the table already in `--out`.
 
 Prints: fault, times injected, survived, trials lost, runs left RUNNING. A trial is lost when a
 finished Optuna trial has no closed MLflow run (or a COMPLETE one vanished); "left RUNNING"
@@ -91,11 +93,82 @@ def wait_for(pred, timeout: float = 240) -> None:
     raise TimeoutError
 
 
+NODE_LOST = "node lost (worker node's `ray start` tree SIGKILLed mid-trial)"
+
+
+def node_lost(base: Path) -> tuple:
+    """A 2-worker trial spread over two Ray nodes; the worker node dies at epoch >= 5 of 30. It
+    survives when it finishes on the head from a checkpoint (not epoch 0) with the same run."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import optuna
+    from mlflow.tracking import MlflowClient
+    from services import TwoNodes
+
+    h = base / "node" / "home"
+    h.parent.mkdir(parents=True)
+    s = h.parent / "node.yaml"
+    s.write_text(
+        "name: node\nsearch_space: {lr: {type: float, low: 0.01, high: 0.02}}\n"
+        "pruner: {name: none}\nbudget: {trials: 1}\n"
+        "execution: {checkpoint_min_interval_s: 0}\n"
+        "resources: {workers: 2, cpus_per_worker: 1, placement: spread, max_failures: 2}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:nodes_long', code_dir: '{BYO}', epochs: 30, "
+        "params: {epoch_s: 0.5}}\n"
+    )
+    nodes = TwoNodes()
+    try:
+        p = nodes.run(s, h)
+        url = f"sqlite:///{h}/optuna.db"
+
+        def reached() -> bool:
+            try:
+                t = optuna.load_study(study_name="node", storage=url).trials
+            except (KeyError, ValueError):
+                return False
+            return bool(t) and len(t[0].intermediate_values) >= 5
+
+        wait_for(reached, 300)
+        nodes.kill_worker_node()
+        p.communicate(timeout=600)
+    finally:
+        nodes.stop()
+    lost, left, c = audit(h, "node")
+    ok = p.returncode == 0 and c.get("COMPLETE", 0) == 1
+    if ok:
+        (t,) = optuna.load_study(study_name="node", storage=url).trials
+        run = MlflowClient(f"sqlite:///{h}/mlflow.db").get_run(t.user_attrs["mlflow_run_id"])
+        ok = run.data.metrics.get("final_resumed_from", 0) >= 3
+    return (NODE_LOST, 1, int(ok), lost, left)
+
+
+def merge_row(path: str, row: tuple) -> None:
+    """Replace (or add) one fault's row in the chaos table already written to `path`."""
+    import re
+
+    from bench.results import write_section
+
+    body = Path(path).read_text()
+    m = re.search(r"<!-- chaos_report:start -->\n(.*?)\n<!-- chaos_report:end -->", body, re.S)
+    table = [ln for ln in m.group(1).splitlines() if not ln.startswith((f"| {row[0]} |", "Row "))]
+    while table and not table[-1]:
+        table.pop()
+    table.append("| " + " | ".join(str(x) for x in row) + " |")
+    table += ["", f'Row "{row[0]}" from `--only node-lost`, {time.strftime("%Y-%m-%d")}.']
+    write_section(path, "chaos_report", "\n".join(table))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--only", choices=["node-lost"])
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sweeps-chaos-"))
+    if args.only:
+        row = node_lost(base)
+        print("| " + " | ".join(str(x) for x in row) + " |")
+        if args.out:
+            merge_row(args.out, row)
+        return
     rows = []
 
     def home(name: str) -> Path:
@@ -158,6 +231,9 @@ def main() -> None:
     cli(h, "resume", "driver", timeout=600)
     lost, left, c = audit(h, "driver")
     rows.append(("driver killed + resume", 1, int(c.get("COMPLETE", 0) == 4), lost, left))
+
+    # 4b. a whole Ray node lost mid-trial (the two-node cluster of tests/test_zz_cluster.py)
+    rows.append(node_lost(base))
 
     # 5. Ctrl-C once: running trial finishes, exit 130
     h = home("sigint")

@@ -1,21 +1,16 @@
 """Legacy AI Platform (Cloud ML Engine) hyperparameter jobs, run unchanged.
 
-`to_spec` maps a job's `trainingInput` to a native spec (pure). `run_module` is the entrypoint
-each Ray Train worker runs for such a trial: the user's module as a subprocess with the params
-as `--name=value` flags, `--job-dir`, and torch.distributed variables; the metric is read the way
-AI Platform read it, from what `cloudml-hypertune` writes to `CLOUD_ML_HP_METRIC_FILE`.
+`to_spec` maps a job's `trainingInput` to a native spec (pure); `package_root`, `sweep_name` and
+`apply_gcloud_flags` read gcloud's command line as gcloud does. `run_module` is the entrypoint
+each Ray Train worker runs for such a trial: the user's module as a subprocess (program mode's
+runner) with the params as `--name=value` flags, `--job-dir`, and torch.distributed variables;
+the metric is read the way AI Platform read it, from what `cloudml-hypertune` writes to
+`CLOUD_ML_HP_METRIC_FILE`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +100,10 @@ def to_spec(
         "resources": {
             "workers": 1 + int(ti.get("workerCount", 0)),
             "machine_type": machine,
-            "gpus_per_worker": float(accel.get("count", 0)),
         },
         "trainer": {
             "entrypoint": "sweeps.aiplatform:run_module",
             "code_dir": str(Path(package_path).resolve()),
-            "epochs": 1,
             "params": {
                 "module_name": module_name,
                 "user_args": list(user_args or []),
@@ -122,134 +115,95 @@ def to_spec(
     }
     if spec["budget"]["max_failed_trials"] is None:
         del spec["budget"]["max_failed_trials"]
+    if accel.get("count"):
+        spec["resources"]["gpus_per_worker"] = float(accel["count"])
     return spec, notes
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    import yaml
+    from sweeps.spec.load import read_mapping
 
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"AI Platform config not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise SpecError(f"{p}: YAML error: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{p}: expected a mapping with trainingInput")
-    return data
+    return read_mapping(path, "AI Platform config", "a mapping with trainingInput")
+
+
+# ----- gcloud's command line ------------------------------------------------------------------
+def package_root(package_path: str | Path | None, module_name: str, config: Path | None) -> Path:
+    """The folder `python -m MODULE` runs in (the package's parent).
+
+    `--package-path` is the package folder itself, as in gcloud (`--package-path trainer/`); its
+    parent folder works too. Without it the package is looked for next to the job config, then
+    in the current folder.
+    """
+    top = module_name.split(".")[0]
+    if package_path is not None:
+        given = Path(package_path)
+        if not given.is_dir():
+            raise SpecError(f"--package-path: folder not found: {given}")
+        places = [given.resolve()]
+    else:
+        places = [p.resolve() for p in (config.parent if config else None, Path.cwd()) if p]
+    for place in places:
+        roots = ([place.parent] if place.name == top else []) + [place]
+        for root in roots:
+            if _has_module(root, module_name):
+                return root
+    if package_path is not None:
+        raise SpecError(
+            f"--package-path {package_path}: module {module_name} not found "
+            f"(give the package folder, e.g. {top}/, or the folder that holds it)"
+        )
+    where = " or ".join(str(p) for p in dict.fromkeys(places))
+    raise SpecError(f"--package-path: not given, and no package '{top}' in {where}")
+
+
+def _has_module(root: Path, module_name: str) -> bool:
+    rel = root.joinpath(*module_name.split("."))
+    return rel.with_suffix(".py").is_file() or (rel / "__main__.py").is_file()
+
+
+def sweep_name(config: dict[str, Any], root: Path, module_name: str, job: str | None) -> str:
+    """The job's name (gcloud's JOB argument, or `jobId` in the config), else the project's
+    folder: never the config file's stem, which is nearly always "config"."""
+    for candidate in (job, config.get("jobId"), root.name, module_name.split(".")[0]):
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(candidate or "")).strip("-._")[:100]
+        if name:
+            return name
+    return "aiplatform"
+
+
+def apply_gcloud_flags(
+    config: dict[str, Any], *, scale_tier: str | None, master_machine_type: str | None
+) -> dict[str, Any]:
+    """gcloud's --scale-tier / --master-machine-type override the config, as they do there."""
+    ti = dict(config.get("trainingInput") or {})
+    if scale_tier:
+        ti["scaleTier"] = scale_tier.upper().replace("-", "_")
+    if master_machine_type:
+        ti["masterType"] = master_machine_type
+        ti.setdefault("scaleTier", "CUSTOM")
+    return {**config, "trainingInput": ti} if ti else config
 
 
 # ----- on the workers -------------------------------------------------------------------------
-def _read_metrics(path: str, tag: str, seen: set[tuple[str, str]]) -> list[tuple[int, float]]:
-    """New (global_step, value) records for `tag` in a hypertune metrics file."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a half-written file: read it again next time
-        key = (str(rec.get("timestamp")), str(rec.get("global_step")))
-        if tag in rec and key not in seen:
-            seen.add(key)
-            out.append((int(float(rec.get("global_step") or 0)), float(rec[tag])))
-    return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def run_module(config: dict[str, Any]) -> dict[str, Any] | None:
-    """Run the user's module on this worker, report its hypertune metrics (rank 0)."""
-    import ray
+    """Run the user's module on this worker as AI Platform did: `python -m MODULE --name=value
+    ... --job-dir=DIR USER_ARGS`, metrics from cloudml-hypertune (program mode's runner)."""
+    from sweeps import program
 
-    import sweeps
-
-    ctx = sweeps.context()
-    broker = ctx.broker
-    tag = config["metric_tag"]
-    # A fresh rendezvous for the user's process group: the worker's own group holds its port.
-    key = ("aip", ctx.lane_id, ctx.seq)
-    if ctx.rank == 0:
-        master = socket.gethostbyname(socket.gethostname())
-        port = _free_port()
-        if broker is not None:
-            ray.get(broker.put.remote(key + ("addr",), [master, port]))
-    else:
-        master, port = ray.get(broker.get.remote(key + ("addr",)))
-    job_dir = tempfile.mkdtemp(prefix=f"aip-trial{ctx.trial_number}-rank{ctx.rank}-")
-    metric_file = os.path.join(job_dir, "hypertune", "output.metrics")  # one file per worker
-    flags = [f"--{n}={config[n]}" for n in config.get("param_names", []) if n in config]
-    cmd = [
-        sys.executable,
-        "-m",
-        config["module_name"],
-        *flags,
-        f"--job-dir={job_dir}",
-        *config.get("user_args", []),
-    ]
-    env = {
-        **os.environ,
-        "MASTER_ADDR": str(master),
-        "MASTER_PORT": str(port),
-        "RANK": str(ctx.rank),
-        "WORLD_SIZE": str(ctx.world_size),
-        "LOCAL_RANK": str(ctx.local_rank),
-        "CLOUD_ML_HP_METRIC_FILE": metric_file,
-        "CLOUD_ML_TRIAL_ID": str(ctx.trial_number + 1),
-        "CLOUD_ML_JOB_DIR": job_dir,
+    names = list(config.get("param_names", []))
+    settings = {
+        "command": [
+            "${interpreter}",
+            "-m",
+            config["module_name"],
+            "${args}",
+            "--job-dir=${trial_dir}",
+        ],
+        "append": list(config.get("user_args", [])),  # verbatim: no macros in the user's args
+        "code_dir": config["package_path"],
+        "metrics": {"collector": "hypertune"},
+        "objectives": [config["metric_tag"]],
+        "param_names": names,
+        "cpus_per_worker": config.get("cpus_per_worker", 1.0),
     }
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        cwd=config["package_path"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    )
-    pump = threading.Thread(
-        target=lambda: [print(line, end="") for line in proc.stdout], daemon=True
-    )
-    pump.start()
-    seen: set[tuple[str, str]] = set()
-    last: float | None = None
-    try:
-        while True:
-            done = proc.poll() is not None
-            if ctx.rank == 0:
-                for step, value in _read_metrics(metric_file, tag, seen):
-                    ctx.step = max(ctx.step, step - 1)  # global_step becomes the step
-                    sweeps.report({tag: value, "global_step": float(step)})
-                    last = value
-            elif broker is not None and ray.get(broker.peek.remote(key + ("state",))) == "stop":
-                break
-            if done:
-                break
-            time.sleep(0.2)
-    except sweeps.TrialPruned:
-        if broker is not None:
-            ray.get(broker.put.remote(key + ("state",), "stop"))
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        pump.join(timeout=5)
-    if proc.returncode not in (0, None, -15):
-        if ctx.rank == 0 and broker is not None:
-            ray.get(broker.put.remote(key + ("state",), "stop"))
-        raise RuntimeError(f"{config['module_name']} exited with code {proc.returncode}")
-    if ctx.rank == 0 and last is None:
-        raise RuntimeError(f"no '{tag}' metric was written to CLOUD_ML_HP_METRIC_FILE")
-    return {tag: last} if ctx.rank == 0 else None
+    return program.run(settings, {n: config[n] for n in names if n in config})

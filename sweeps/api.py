@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import paths
-from sweeps.callbacks import DriverCallback
+from sweeps.callbacks import DriverCallback, SweepOutcome
 from sweeps.errors import SpecError
+from sweeps.queries import compare, describe, logs, ls, show
 from sweeps.spec import Spec, load_spec
+
+__all__ = ["compare", "logs", "ls", "show"]  # re-exported: the API reads sweeps back too
 
 
 def validate(spec_path: str | Path, overrides: list[str] | None = None) -> Spec:
@@ -25,7 +28,8 @@ def validate(spec_path: str | Path, overrides: list[str] | None = None) -> Spec:
 
 
 def validate_spec(spec: Spec) -> None:
-    """Checks that need more than the schema: condition cycles, optimizer options, price table."""
+    """Checks that need more than the schema: condition cycles, optimizer options, price table
+    (including a spot price for `resources.preemptible`)."""
     from sweeps import space
     from sweeps.samplers import make_pruner, make_sampler
 
@@ -33,15 +37,9 @@ def validate_spec(spec: Spec) -> None:
     _check_entrypoint(spec)
     make_sampler(spec)
     make_pruner(spec.pruner)
-    from tracking.costs import machine
+    from tracking.costs import check_spec_prices
 
-    searched = spec.search_space.get("resources.machine_type")
-    names = list(getattr(searched, "choices", [])) or [spec.resources.machine_type]
-    for name in names:
-        try:
-            machine(str(name))
-        except KeyError as e:
-            raise SpecError(str(e).strip("'\"")) from None
+    check_spec_prices(spec)  # every machine type priced; a spot price when preemptible
 
 
 def _check_entrypoint(spec: Spec) -> None:
@@ -51,10 +49,18 @@ def _check_entrypoint(spec: Spec) -> None:
     import os
 
     ep, code_dir = spec.trainer.entrypoint, spec.trainer.code_dir
-    if not ep:
+    command = spec.trainer.command_line
+    if not ep and command is None:
         return
     if code_dir and not os.path.isdir(code_dir):
         raise SpecError(f"trainer.code_dir: folder not found: {code_dir}")
+    if command is not None:  # program mode: the script (or module, or tool) must be there
+        from sweeps.spec.command import missing_files
+
+        problems = missing_files(command, spec.trainer.program, code_dir or os.getcwd())
+        if problems:
+            raise SpecError(f"trainer.command: {'; '.join(problems)}")
+        return
     parts = ep.partition(":")[0].split(".")
     search = [code_dir] if code_dir else None
     found = importlib.machinery.PathFinder.find_spec(parts[0], search) if search else None
@@ -79,167 +85,68 @@ def run(
     local_mode: bool = False,
     enqueue: list[dict[str, Any]] | None = None,
     install_signals: bool = True,
+    from_process_start: bool = False,
+) -> SweepOutcome:
+    """Run (or continue, or join) the sweep; returns its :class:`SweepOutcome`.
+    `from_process_start`: the sweep's timeline counts from this process's start (the CLI)."""
+    from sweeps.runner import run_sweep
+
+    return run_sweep(
+        spec,
+        callbacks=callbacks,
+        local_mode=local_mode,
+        enqueue=enqueue,
+        install_signals=install_signals,
+        from_process_start=from_process_start,
+    )
+
+
+def stop(name: str, storage_url: str | None = None) -> str:
+    """Ask a running driver (any machine sharing the storage) to stop launching trials.
+    Returns the sweep's state: a sweep that is not running is left alone."""
+    from sweeps.study import load_study
+
+    study = load_study(name, paths.storage_url(storage_url))
+    state = describe(study)["state"]
+    if state in ("running", "queued"):
+        study.set_user_attr("sweeps.stop_requested", time.time())
+    return state
+
+
+def up(**kw: Any) -> dict[str, Any]:
+    """Start the local sweep service (`sweeps.service.up`); returns its URLs."""
+    from sweeps import service
+
+    info, already = service.up(**kw)
+    return service.urls(info) | {"already": already}
+
+
+def down() -> list[str]:
+    from sweeps import service
+
+    return service.down()
+
+
+def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
+    """Submit the sweep's driver as a Ray Job (`sweeps.jobs.submit`)."""
+    from sweeps.jobs import submit as _submit
+
+    return _submit(spec, address)
+
+
+def cancel(name: str, storage_url: str | None = None, address: str | None = None) -> str:
+    from sweeps.jobs import cancel as _cancel
+
+    return _cancel(name, storage_url, address)
+
+
+def driver_logs(
+    name: str, follow: bool = False, storage_url: str | None = None, address: str | None = None
 ) -> Any:
-    """Run (or continue, or join) the sweep; returns a :class:`sweeps.driver.SweepOutcome`."""
-    from sweeps.driver import Driver
-    from tracking.mlflow_tracker import MLflowTracker, check_reachable
+    """The driver's job log of a submitted sweep, in chunks (to its end with `follow`)."""
+    from sweeps.jobs import driver_logs as _logs
 
-    uri = paths.tracking_uri(spec.tracking.uri)
-    paths.ensure_local_dirs(uri)
-    check_reachable(uri)  # before any trial starts: a dead server is a clear error, not lost work
-    if uri.startswith("sqlite:///"):
-        _wal(uri.removeprefix("sqlite:///"))
-    artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
-    tracker = MLflowTracker(uri, artifact_root)
-    try:
-        driver = Driver(
-            spec,
-            callbacks=callbacks,
-            tracker=tracker,
-            local_mode=local_mode,
-            enqueue=enqueue,
-            install_signals=install_signals,
-        )
-        outcome = driver.run()
-        if outcome.parent_run_id:
-            _log_plots(tracker, outcome)
-        return outcome
-    finally:
-        tracker.close()
-
-
-def _wal(path: str) -> None:
-    """MLflow's SQLite store in WAL mode (persistent on the file): readers such as the MLflow UI
-    no longer block the driver's writer thread, and commits stop waiting on the journal."""
-    import sqlite3
-
-    try:
-        with sqlite3.connect(path, timeout=30) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.Error:
-        pass  # an optimization only
-
-
-def _log_plots(tracker: Any, outcome: Any) -> None:
-    """Optimization history, importances, parallel coordinates, intermediate values (or the
-    Pareto front) as HTML + PNG on the parent run. A plotting problem never fails the sweep."""
-    import tempfile
-
-    from sweeps.study import load_study
-    from tracking.plots import make_plots
-
-    try:
-        study = load_study(outcome.name, outcome.storage_url)
-        with tempfile.TemporaryDirectory(prefix="sweeps-plots-") as d:
-            files, notes = make_plots(study, d)
-            for kinds in files.values():
-                for path in kinds.values():
-                    tracker.client.log_artifact(outcome.parent_run_id, path, "plots")
-            if notes:
-                tracker.client.set_tag(outcome.parent_run_id, "sweeps.plot_notes", "; ".join(notes))
-    except Exception as e:
-        outcome.errors.append(f"plots: {' '.join(str(e).split())[:200]}")
-
-
-def _trial_dict(t: Any) -> dict[str, Any]:
-    dur = None
-    if t.datetime_start and t.datetime_complete:
-        dur = (t.datetime_complete - t.datetime_start).total_seconds()
-    return {
-        "number": t.number,
-        "state": t.state.name,
-        "value": t.value if t.values and len(t.values) == 1 else None,
-        "values": t.values,
-        "params": t.params,
-        "mlflow_run_id": t.user_attrs.get("mlflow_run_id"),
-        "duration_s": t.user_attrs.get("duration_s", dur),
-        "cost_usd": t.user_attrs.get("cost_usd"),
-        "error": t.user_attrs.get("sweeps.error"),
-        "restarts": t.user_attrs.get("sweeps.restarts", 0),
-    }
-
-
-def show(name: str, storage_url: str | None = None) -> dict[str, Any]:
-    """One sweep as a JSON-ready document (the `sweeps show --json` schema)."""
-    from sweeps.study import live_drivers, load_study
-
-    study = load_study(name, paths.storage_url(storage_url))
-    trials = study.get_trials(deepcopy=False)
-    best = None
-    if len(study.directions) == 1:
-        try:
-            b = study.best_trial
-            best = {
-                "number": b.number,
-                "value": b.value,
-                "params": b.params,
-                "mlflow_run_id": b.user_attrs.get("mlflow_run_id"),
-            }
-        except ValueError:
-            pass
-    attrs = study.user_attrs
-    running = any(t.state.name == "RUNNING" for t in trials)
-    state = "running" if running and live_drivers(study) else "finished"
-    if running and not live_drivers(study):
-        state = "interrupted"
-    counts: dict[str, int] = {}
-    for t in trials:
-        counts[t.state.name] = counts.get(t.state.name, 0) + 1
-    return {
-        "name": name,
-        "state": state,
-        "objective": attrs.get("sweeps.objective"),
-        "direction": study.directions[0].name.lower(),
-        "best": best,
-        "counts": counts,
-        "cost_usd": round(sum(t.user_attrs.get("cost_usd", 0.0) for t in trials), 6),
-        "trials": [_trial_dict(t) for t in trials],
-        "mlflow_experiment_id": attrs.get("sweeps.mlflow_experiment_id"),
-        "parent_run_id": attrs.get("sweeps.mlflow_parent_run_id"),
-    }
-
-
-def ls(storage_url: str | None = None) -> list[dict[str, Any]]:
-    """Every sweep in the storage with state, trials by state, best value, cost and wall time."""
-    import optuna
-
-    from sweeps.study import _storage
-
-    storage = _storage(paths.storage_url(storage_url))
-    out = []
-    for s in storage.get_all_studies():
-        study = optuna.load_study(study_name=s.study_name, storage=storage)
-        trials = study.get_trials(deepcopy=False)
-        counts: dict[str, int] = {}
-        for t in trials:
-            counts[t.state.name] = counts.get(t.state.name, 0) + 1
-        best = None
-        if len(s.directions) == 1:
-            done = [t.value for t in trials if t.state.name == "COMPLETE" and t.value is not None]
-            if done:
-                best = max(done) if s.directions[0].name == "MAXIMIZE" else min(done)
-        starts = [t.datetime_start for t in trials if t.datetime_start]
-        ends = [t.datetime_complete for t in trials if t.datetime_complete]
-        wall = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
-        out.append(
-            {
-                "name": s.study_name,
-                "state": "running" if counts.get("RUNNING") else "finished",
-                "trials": counts,
-                "best": best,
-                "cost_usd": round(sum(t.user_attrs.get("cost_usd", 0.0) for t in trials), 6),
-                "wall_s": round(wall, 1),
-            }
-        )
-    return out
-
-
-def stop(name: str, storage_url: str | None = None) -> None:
-    """Ask a running driver (any machine sharing the storage) to stop launching trials."""
-    from sweeps.study import load_study
-
-    study = load_study(name, paths.storage_url(storage_url))
-    study.set_user_attr("sweeps.stop_requested", time.time())
+    return _logs(name, follow, storage_url, address)
 
 
 def dumps(doc: Any) -> str:
@@ -284,10 +191,11 @@ def report(
     tracking_uri: str | None = None,
 ) -> dict[str, str]:
     """Write the learning log (Markdown + HTML with plots) and return the paths."""
+    from sweeps.study import load_study
     from tracking.report import write_report
 
     s, t = _uris(name, storage_url, tracking_uri)
-    return write_report(name, s, t, out_dir or str(paths.home() / "reports" / name))
+    return write_report(load_study(name, s), t, out_dir or str(paths.home() / "reports" / name))
 
 
 def note(
@@ -301,8 +209,8 @@ def note(
     from mlflow.tracking import MlflowClient
 
     from sweeps.errors import NotFoundError
-    from sweeps.study import load_study
-    from tracking.mlflow_tracker import check_reachable
+    from sweeps.study import load_study, run_id_of
+    from tracking.mlflow_compat import check_reachable
     from tracking.report import NOTE_TAG
 
     s, t = _uris(name, storage_url, tracking_uri)
@@ -313,7 +221,7 @@ def note(
         match = [tr for tr in study.get_trials(deepcopy=False) if tr.number == trial]
         if not match:
             raise NotFoundError(f"sweep '{name}' has no trial {trial}")
-        run_id = match[0].user_attrs.get("mlflow_run_id")
+        run_id = run_id_of(study.user_attrs, match[0])
     if not run_id:
         raise NotFoundError(
             f"sweep '{name}' has no MLflow run for that {'trial' if trial is not None else 'sweep'}"
@@ -324,63 +232,6 @@ def note(
     stamp = time.strftime("%Y-%m-%d %H:%M")
     client.set_tag(run_id, NOTE_TAG, (old + "\n\n" if old else "") + f"[{stamp}] {text}")
     return run_id
-
-
-def compare(a: str, b: str, storage_url: str | None = None) -> dict[str, Any]:
-    """Two sweeps side by side: best value and params, cost, wall time, trials by state."""
-    out = {}
-    for name in (a, b):
-        row = next((r for r in ls(storage_url) if r["name"] == name), None)
-        if row is None:
-            show(name, storage_url)  # raises NotFoundError with the known names
-        doc = show(name, storage_url)
-        out[name] = {
-            "best": doc["best"]["value"] if doc["best"] else None,
-            "best_params": doc["best"]["params"] if doc["best"] else {},
-            "cost_usd": doc["cost_usd"],
-            "wall_s": row["wall_s"] if row else None,
-            "trials": doc["counts"],
-            "objective": doc["objective"],
-        }
-    return out
-
-
-def logs(
-    name: str,
-    trial: int | None = None,
-    storage_url: str | None = None,
-    tracking_uri: str | None = None,
-) -> tuple[int, str]:
-    """A trial's captured worker output (the last trial if none is named)."""
-    from mlflow.tracking import MlflowClient
-
-    from sweeps.errors import NotFoundError
-    from sweeps.study import load_study
-
-    s, t = _uris(name, storage_url, tracking_uri)
-    study = load_study(name, s)
-    trials = study.get_trials(deepcopy=False)
-    if not trials:
-        raise NotFoundError(f"sweep '{name}' has no trials yet")
-    tr = trials[-1] if trial is None else next((x for x in trials if x.number == trial), None)
-    if tr is None:
-        raise NotFoundError(f"sweep '{name}' has no trial {trial}")
-    live = live_log_path(name, tr.number)
-    if live.exists():
-        return tr.number, live.read_text()
-    run_id = tr.user_attrs.get("mlflow_run_id")
-    if not run_id:
-        return tr.number, ""
-    try:
-        path = MlflowClient(t).download_artifacts(run_id, "logs/worker.log")
-    except Exception:
-        return tr.number, ""
-    return tr.number, Path(path).read_text()
-
-
-def live_log_path(name: str, number: int) -> Path:
-    """Where the driver appends a trial's worker output while it runs."""
-    return paths.home() / "logs" / name / f"trial-{number:05d}.log"
 
 
 def promote(
@@ -396,19 +247,15 @@ def promote(
     tracking_uri: str | None = None,
 ) -> dict[str, Any]:
     """Register the sweep's best (or chosen) trial's model; move `alias` per the gate."""
+    from sweeps.select import pick_trial
+    from sweeps.study import load_study
     from tracking.registry import promote as _promote
 
     s, t = _uris(sweep, storage_url, tracking_uri)
+    study = load_study(sweep, s)
+    chosen = pick_trial(study, trial, select)
     return _promote(
-        sweep,
-        model,
-        storage_url=s,
-        tracking_uri=t,
-        alias=alias,
-        if_better=if_better,
-        metric=metric,
-        trial=trial,
-        select=select,
+        study, chosen, model, tracking_uri=t, alias=alias, if_better=if_better, metric=metric
     ).to_dict()
 
 
@@ -427,8 +274,15 @@ def models(model: str, *, tracking_uri: str | None = None) -> list[dict[str, Any
 
 
 def predict(
-    ref: str, input_path: str, out_path: str | None = None, *, tracking_uri: str | None = None
+    ref: str,
+    input_path: str,
+    out_path: str | None = None,
+    *,
+    tracking_uri: str | None = None,
+    notes: list[str] | None = None,
 ) -> Any:
-    from tracking.registry import predict as _predict
+    """Predictions; `notes` receives the model's input scaling and any out-of-range warning."""
+    from tracking.predict import predict as _predict
 
-    return _predict(ref, input_path, out_path, tracking_uri=paths.tracking_uri(tracking_uri))
+    uri = paths.tracking_uri(tracking_uri)
+    return _predict(ref, input_path, out_path, tracking_uri=uri, notes=notes)

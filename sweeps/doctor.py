@@ -10,18 +10,19 @@ import socket
 import time
 from typing import Any
 
+from sweeps.errors import one_line
+from sweeps.redact import mask_url
+
 
 def _row(service: str, url: str, fn: Any) -> dict[str, Any]:
-    from sweeps.study import _safe
-
     t0 = time.perf_counter()
     try:
         ok, detail = fn()
     except Exception as e:
-        ok, detail = False, " ".join(str(e).split())[:200]
+        ok, detail = False, one_line(e, 200)
     return {
         "service": service,
-        "url": _safe(url),
+        "url": mask_url(url),
         "ok": ok,
         "detail": detail,
         "seconds": round(time.perf_counter() - t0, 2),
@@ -31,12 +32,12 @@ def _row(service: str, url: str, fn: Any) -> dict[str, Any]:
 def check_storage(url: str) -> tuple[bool, str]:
     import sqlalchemy
 
-    from sweeps.study import _storage
+    from sweeps.study import open_storage
 
     if url.startswith("postgresql"):
         host, port = _host_port(url, 5432)
         socket.create_connection((host, port), timeout=5).close()
-    storage = _storage(url)
+    storage = open_storage(url)
     with storage.engine.connect() as conn:
         version = conn.execute(
             sqlalchemy.text(
@@ -48,7 +49,7 @@ def check_storage(url: str) -> tuple[bool, str]:
 
 
 def check_tracking(uri: str) -> tuple[bool, str]:
-    from tracking.mlflow_tracker import check_reachable
+    from tracking.mlflow_compat import check_reachable
 
     check_reachable(uri)
     detail = "reachable"
@@ -77,10 +78,10 @@ def check_ray(address: str | None) -> tuple[bool, str]:
 
 def check_checkpoints(root: str) -> tuple[bool, str]:
     if root.startswith("gs://"):
-        from trainer.gcs import _client, split_uri
+        from trainer.gcs import client, split_uri
 
         bucket, prefix = split_uri(root)
-        list(_client().list_blobs(bucket, prefix=prefix, max_results=1))
+        list(client().list_blobs(bucket, prefix=prefix, max_results=1))
         return True, f"bucket {bucket} listable"
     os.makedirs(root, exist_ok=True)
     probe = os.path.join(root, ".sweeps-write-probe")

@@ -29,3 +29,16 @@ class ServiceError(SweepsError):
     """A store or cluster the sweep needs is unreachable or refused us."""
 
     exit_code = 1
+
+
+class ProtocolError(SweepsError):
+    """A driver/worker message of the wrong kind: a bug of ours, raised loudly, never waited on."""
+
+    exit_code = 1
+
+
+def one_line(e: BaseException | str | None, limit: int = 300) -> str:
+    """An exception (or text) as one line of at most `limit` characters, for the terminal and
+    for stores that keep a message per trial. Multi-line tracebacks never reach the user."""
+    text = " ".join(str(e if e is not None else "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

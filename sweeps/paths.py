@@ -1,5 +1,7 @@
 """Where state lives. The embedded default keeps everything under SWEEPS_HOME (./.sweeps);
-a spec field or an environment variable points a store elsewhere (spec wins over env)."""
+a spec field or an environment variable points a store elsewhere. Precedence, everywhere:
+spec field > SWEEPS_* variable > the ecosystem's own variable (OPTUNA_STORAGE,
+MLFLOW_TRACKING_URI, MLFLOW_REGISTRY_URI, MLFLOW_EXPERIMENT_NAME) > embedded default."""
 
 from __future__ import annotations
 
@@ -12,13 +14,30 @@ def home() -> Path:
 
 
 def storage_url(spec_storage: str | None = None) -> str:
-    """Optuna storage: spec.storage, else $SWEEPS_STORAGE, else SQLite under SWEEPS_HOME."""
-    return spec_storage or os.environ.get("SWEEPS_STORAGE") or f"sqlite:///{home() / 'optuna.db'}"
+    """Optuna storage: spec.storage, else $SWEEPS_STORAGE, else $OPTUNA_STORAGE, else SQLite
+    under SWEEPS_HOME."""
+    return (
+        spec_storage
+        or os.environ.get("SWEEPS_STORAGE")
+        or os.environ.get("OPTUNA_STORAGE")
+        or f"sqlite:///{home() / 'optuna.db'}"
+    )
 
 
 def tracking_uri(spec_uri: str | None = None) -> str:
     """MLflow: spec.tracking.uri, else $MLFLOW_TRACKING_URI, else SQLite under SWEEPS_HOME."""
     return spec_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home() / 'mlflow.db'}"
+
+
+def registry_uri(tracking_uri: str) -> str:
+    """MLflow Model Registry: $MLFLOW_REGISTRY_URI, else the tracking store (MLflow's rule)."""
+    return os.environ.get("MLFLOW_REGISTRY_URI") or tracking_uri
+
+
+def experiment_name(spec_experiment: str | None, sweep_name: str) -> str:
+    """MLflow experiment of a sweep: tracking.experiment, else $MLFLOW_EXPERIMENT_NAME, else the
+    sweep's name."""
+    return spec_experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or sweep_name
 
 
 def artifact_root() -> str:
@@ -36,3 +55,13 @@ def ensure_local_dirs(*urls: str) -> None:
     for url in urls:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+
+
+def worker_code_dir(code_dir: str | None) -> str | None:
+    """Where workers find `trainer.code_dir`. In a Ray Job (`sweeps submit`) the code came in
+    the job's working dir, which Ray unpacks on every node and makes each worker's cwd: the
+    path stays relative to it, since the head's absolute path need not exist on other nodes.
+    Elsewhere the driver's absolute path (one machine, or a folder the driver uploaded)."""
+    if not code_dir:
+        return None
+    return code_dir if os.environ.get("SWEEPS_JOB") == "1" else os.path.abspath(code_dir)

@@ -1,7 +1,9 @@
-"""Launch policies: small objects the driver consults before it hands out a trial.
+"""Stop rules: small objects the driver consults, pure enough to test without Ray or Optuna.
 
-Keeping them apart from the driver keeps the rules testable without Ray: the budget policy
-answers "may another trial start, and if not, why", the failure policy counts failed trials.
+`BudgetPolicy` owns every rule that ends a sweep's launching (trials, wall time, money,
+GPU-hours, a target value) and the hard limits that cancel running trials; each answer says how
+the sweep then ends (`finished` when the budget or target is reached, `stopped` when a limit cut
+it short). `FailurePolicy` counts failed trials.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ class LaunchDecision:
     launch: bool
     reason: str = ""
     remaining: int = 0
+    ends_as: str = "finished"
+    cancels: bool = False  # running trials are to be stopped too (hard limits)
 
 
 def forecast_exceeds(spent: float, finished: list[float], running: int, limit: float) -> bool:
@@ -44,41 +48,38 @@ class BudgetPolicy:
     GPU-hours are enforced before each launch from a forecast; `target` ends the search early."""
 
     def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.trials = spec.budget.trials
+        self.budget = spec.budget
+        self.maximize = spec.objective.direction == "maximize"
+        self.single = not spec.multi_objective
         self.costs: list[float] = []  # per finished trial, this study (loaded at start)
         self.gpu_hours: list[float] = []
         self.best: float | None = None
 
-    def load(self, study: Any) -> None:
-        """What earlier drivers spent on this study counts against the same budget."""
-        for t in study.get_trials(deepcopy=False):
-            if t.state.is_finished():
-                self.record(t.user_attrs.get("cost_usd", 0.0), t.user_attrs.get("gpu_hours", 0.0))
-                if t.state.name == "COMPLETE" and t.values and len(t.values) == 1:
-                    self.record_value(t.values[0])
+    def load(self, finished: list[tuple[float, float, float | None]]) -> None:
+        """What earlier drivers spent on this study counts against the same budget:
+        (cost, gpu_hours, single objective value or None) per finished trial."""
+        for cost, gpuh, value in finished:
+            self.record(cost, gpuh)
+            if value is not None:
+                self.record_value(value)
 
     def record(self, cost: float, gpu_hours: float) -> None:
         self.costs.append(float(cost or 0.0))
         self.gpu_hours.append(float(gpu_hours or 0.0))
 
     def record_value(self, value: float) -> None:
-        maximize = self.spec.objective.direction == "maximize"
-        if self.best is None or (value > self.best if maximize else value < self.best):
+        if self.best is None or (value > self.best if self.maximize else value < self.best):
             self.best = value
 
-    def check(self, study: Any, driver: Any = None) -> LaunchDecision:
-        from sweeps.study import counted_trials
-
-        b = self.spec.budget
-        used = counted_trials(study)
-        remaining = self.trials - used
+    def check(self, used: int, running: int) -> LaunchDecision:
+        """May another trial start? `used`: the study's trials that count against the budget;
+        `running`: this driver's trials in flight (forecast at the mean cost)."""
+        b = self.budget
+        remaining = b.trials - used
         if remaining <= 0:
-            return LaunchDecision(False, f"budget reached: {used}/{self.trials} trials", 0)
-        maximize = self.spec.objective.direction == "maximize"
-        if not self.spec.multi_objective and target_reached(self.best, b.target, maximize):
+            return LaunchDecision(False, f"budget reached: {used}/{b.trials} trials", 0)
+        if self.single and target_reached(self.best, b.target, self.maximize):
             return LaunchDecision(False, f"target reached: best {self.best:.6g} vs {b.target:g}")
-        running = len(getattr(driver, "running", {}) or {})
         spent = sum(self.costs)
         if b.max_cost_usd is not None and forecast_exceeds(
             spent, self.costs, running, b.max_cost_usd
@@ -87,6 +88,7 @@ class BudgetPolicy:
                 False,
                 f"money budget: spent ${spent:.4f} of ${b.max_cost_usd:g}; the next trial "
                 f"is forecast to cross it",
+                ends_as="stopped",
             )
         gpuh = sum(self.gpu_hours)
         if b.max_gpu_hours is not None and forecast_exceeds(
@@ -96,8 +98,44 @@ class BudgetPolicy:
                 False,
                 f"GPU budget: {gpuh:.4f} of {b.max_gpu_hours:g} GPU-hours used; the next "
                 f"trial is forecast to cross it",
+                ends_as="stopped",
             )
         return LaunchDecision(True, "", remaining)
+
+    def timed_out(self, elapsed_s: float) -> LaunchDecision | None:
+        t = self.budget.timeout_s
+        if t and elapsed_s > t:
+            return LaunchDecision(False, f"timeout after {t:g} s", ends_as="stopped")
+        return None
+
+    def hard_crossed(self, live_cost: float, live_gpu_hours: float) -> LaunchDecision | None:
+        """budget.hard: spend including running trials crossed a limit; running trials are to
+        be cancelled. `live_*` are this study's finished spend plus the running trials' so far."""
+        b = self.budget
+        if not b.hard:
+            return None
+        over = (b.max_cost_usd is not None and live_cost > b.max_cost_usd) or (
+            b.max_gpu_hours is not None and live_gpu_hours > b.max_gpu_hours
+        )
+        if not over:
+            return None
+        return LaunchDecision(
+            False,
+            f"hard budget crossed (${live_cost:.4f}, {live_gpu_hours:.4f} GPU-h): running "
+            "trials cancelled",
+            ends_as="stopped",
+            cancels=True,
+        )
+
+    def limits(self, elapsed_s: float, live_spend: Any) -> list[LaunchDecision]:
+        """The limits crossed now: wall time, and (budget.hard) spend including running
+        trials; `live_spend()` is asked only when a hard limit is set."""
+        out = [d for d in (self.timed_out(elapsed_s),) if d is not None]
+        if self.budget.hard:
+            over = self.hard_crossed(*live_spend())
+            if over is not None:
+                out.append(over)
+        return out
 
 
 class FailurePolicy:
@@ -106,10 +144,12 @@ class FailurePolicy:
     def __init__(self, max_failed: int | None) -> None:
         self.max_failed = max_failed
         self.failed = 0
+        self.first_error = ""
         self.last_error = ""
 
     def record(self, error: str) -> None:
         self.failed += 1
+        self.first_error = self.first_error or error
         self.last_error = error
 
     def exhausted(self) -> bool:

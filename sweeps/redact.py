@@ -25,8 +25,27 @@ def redact_mapping(data: Any, prefix: str = "") -> Any:
     return data
 
 
+_URL_PASSWORD = re.compile(r"(://[^:/@]+):[^@]*@")
+
+
+def mask_url(url: str) -> str:
+    """A store URL with its password masked: `postgresql://u:***@host/db`."""
+    return _URL_PASSWORD.sub(r"\1:***@", url)
+
+
 def redact_text(text: str, secrets: list[str]) -> str:
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, MASK)
     return text
+
+
+def redacted_spec_yaml(spec: Any) -> str:
+    """The spec as YAML with secret-looking fields masked and the storage URL's password
+    hidden: what the study and the parent run keep, and what `sweeps resume` reads back."""
+    import yaml
+
+    data = redact_mapping(spec.model_dump(mode="json", by_alias=True), "")
+    if data.get("storage"):
+        data["storage"] = mask_url(data["storage"])
+    return yaml.safe_dump(data, sort_keys=False)

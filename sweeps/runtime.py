@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from sweeps.errors import ProtocolError
+from sweeps.protocol import Decision
 
 
 class TrialPruned(Exception):  # noqa: N818 - the name users know from Optuna
@@ -40,6 +44,7 @@ class TrialContext:
     checkpoint_min_interval_s: float = 0.0
     step: int = 0
     restarts: int = 0
+    log_model: bool = True  # the sweep logs models (tracking.log_models)
     resume_from: Any = None  # a ray.train.Checkpoint of this trial, after a restart
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -93,7 +98,7 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
     ctx.step += 1
     clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
     _check_finite(clean, ctx.step)
-    _ship_output(ctx)
+    ship_output(ctx)
     ctx.step -= 1
     due = checkpoint_due()
     ctx.step += 1
@@ -104,10 +109,12 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
                 ctx.lane_id, ctx.seq, ctx.step, clean if ctx.rank == 0 else None, persist
             )
         )
-        if decision == "prune":
+        if decision is Decision.PRUNE:
             raise TrialPruned(f"pruned at step {ctx.step}")
-        if decision == "cancel":
+        if decision is Decision.CANCEL:
             raise TrialPruned(f"cancelled at step {ctx.step}")
+        if decision is not Decision.CONTINUE:
+            raise ProtocolError(f"report at step {ctx.step} got {decision!r}, not a Decision")
     # Only epochs with something to save pay for Ray Train's report (a barrier + upload); rank
     # 0 decides, so ranks that pass no directory still join the barrier.
     if persist:
@@ -115,16 +122,37 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
         ctx.extras["last_ckpt"] = time.monotonic()
 
 
-def _ship_output(ctx: TrialContext) -> None:
-    """Rank 0 sends what the trial printed since the last epoch, for `sweeps logs --follow`."""
+# Lines Ray's own libraries print into a trial's output (its logging format), not the user's.
+_RAY_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING|ERROR|DEBUG) \S+\.py:\d+ -- "
+    r"|\(\w+ pid=\d+|\[\d{4}-\d\d-\d\d .*\] \(raylet\))"
+)
+
+
+def clean_output(text: str) -> str:
+    """Pure: a trial's output without Ray's own log lines."""
+    return "".join(line for line in text.splitlines(True) if not _RAY_LINE.match(line))
+
+
+def ship_output(ctx: TrialContext, final: bool = False) -> None:
+    """Every rank sends what its trial printed since the last epoch, for `sweeps logs -f` and
+    the run's log. The last call of a trial waits for delivery, so it precedes the trial's end."""
     buf = ctx.extras.get("log_buf")
-    if buf is None or ctx.rank != 0 or ctx.broker is None:
+    if buf is None or ctx.broker is None:
         return
     text = buf.getvalue()
     start = ctx.extras.get("log_sent", 0)
-    if len(text) > start:
-        ctx.broker.log.remote(ctx.lane_id, ctx.seq, text[start:])  # fire and forget
-        ctx.extras["log_sent"] = len(text)
+    if len(text) <= start:
+        return
+    ctx.extras["log_sent"] = len(text)
+    part = clean_output(text[start:])
+    if not part:
+        return
+    ref = ctx.broker.log.remote(ctx.lane_id, ctx.seq, part, ctx.rank)
+    if final:
+        import ray
+
+        ray.get(ref)
 
 
 def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str | None) -> None:
@@ -141,6 +169,14 @@ def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str |
         checkpoint=ckpt,
         checkpoint_dir_name=f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}",
     )
+    if ckpt is not None and ctx.broker is not None:
+        # In Ray Train V2 a synchronous report has uploaded the checkpoint when it returns, and
+        # get_checkpoint() is now that persisted copy. Its path goes to the driver: a restarted
+        # worker group or a resumed sweep continues from it, registered by Ray Train or not.
+        persisted = ray.train.get_checkpoint()
+        if persisted is not None:
+            uri = ctx.extras.get("storage_scheme", "") + persisted.path
+            ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri)
 
 
 def get_checkpoint() -> str | None:

@@ -11,7 +11,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from sweeps import space
-from sweeps.errors import SpecError
+from sweeps.errors import SpecError, one_line
 from sweeps.spec import PrunerSpec, Spec
 
 if TYPE_CHECKING:
@@ -23,11 +23,63 @@ def _build(cls: Any, where: str, options: dict[str, Any], **fixed: Any) -> Any:
     for key in options:
         if key not in params or key in fixed:
             allowed = ", ".join(k for k in params if k not in fixed and not k.startswith("_"))
-            raise SpecError(f"{where}.options.{key}: unknown option (allowed: {allowed})")
+            raise SpecError(f"{where}.options.{key}: unknown option (allowed: {allowed or 'none'})")
     try:
         return cls(**fixed, **options)
     except (TypeError, ValueError) as err:
-        raise SpecError(f"{where}.options: {' '.join(str(err).split())}") from None
+        raise SpecError(f"{where}.options: {one_line(err, 2000)}") from None
+
+
+def _sampler_classes() -> dict[str, Any]:
+    import optuna
+
+    S = optuna.samplers  # noqa: N806
+    return {
+        "tpe": S.TPESampler,
+        "random": S.RandomSampler,
+        "grid": S.GridSampler,
+        "cmaes": S.CmaEsSampler,
+        "gp": S.GPSampler,
+        "nsga2": S.NSGAIISampler,
+        "qmc": S.QMCSampler,
+    }
+
+
+def sampler_option_names(name: str) -> set[str]:
+    """The options (keyword arguments) sampler `name` takes; seed and the grid's search space
+    come from the spec itself."""
+    cls = _sampler_classes()[name]
+    return set(inspect.signature(cls).parameters) - {"seed", "search_space"}
+
+
+def adapt_sampler_options(spec: Spec, overrides: list[str]) -> tuple[Spec, list[str]]:
+    """After `--set sampler.name=X`, drop the spec's sampler options that X does not take.
+
+    The options in a spec file were written for the sampler named there; switching samplers
+    from the command line should not make them errors. Only when `sampler.name` is overridden
+    and the options are not (`--set sampler.options=...` keeps them all); an option set with
+    `--set sampler.options.KEY=...` is the user's and stays, so a wrong one is still an error.
+    Returns the spec (unchanged if nothing dropped) and one note per dropped option.
+    """
+    from sweeps.spec import parse_overrides
+
+    keys = [k for k, _ in parse_overrides(overrides)]
+    if "sampler.name" not in keys or "sampler.options" in keys or "sampler" in keys:
+        return spec, []
+    explicit = {
+        k.removeprefix("sampler.options.") for k in keys if k.startswith("sampler.options.")
+    }
+    name = spec.sampler.name
+    takes = sampler_option_names(name)
+    kept = {k: v for k, v in spec.sampler.options.items() if k in takes or k in explicit}
+    dropped = [k for k in spec.sampler.options if k not in kept]
+    if not dropped:
+        return spec, []
+    sampler = spec.sampler.model_copy(update={"options": kept})
+    notes = [
+        f"note: sampler.options.{k} dropped: sampler '{name}' does not take it" for k in dropped
+    ]
+    return spec.model_copy(update={"sampler": sampler}), notes
 
 
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:

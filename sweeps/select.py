@@ -58,3 +58,23 @@ def select_trial(study: Any, trials: list[Any], rule: str) -> Any:
         raise NotFoundError(f"--select: no trial satisfies '{rule}'")
     scored.sort(key=lambda p: p[0], reverse=(way == "max"))
     return scored[0][1]
+
+
+def pick_trial(study: Any, trial: int | None, select: str | None) -> Any:
+    """The trial to promote: the one named, the one a rule selects, or the best."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not done:
+        raise NotFoundError(f"sweep '{study.study_name}' has no completed trial to promote")
+    if trial is not None:
+        match = [t for t in done if t.number == trial]
+        if not match:
+            raise NotFoundError(f"sweep '{study.study_name}' has no completed trial {trial}")
+        return match[0]
+    if select:
+        return select_trial(study, done, select)
+    if len(study.directions) > 1:
+        raise SpecError(
+            "multi-objective sweep: choose with --select (e.g. 'val_accuracy max; "
+            "cost_usd <= 0.05') or --trial N"
+        )
+    return study.best_trial

@@ -1,32 +1,32 @@
-"""The Optuna side: open a study in its storage, link it to MLflow, recover after a dead driver.
+"""The Optuna adapter: every use of Optuna's private names lives in this module.
 
-Only the driver calls the writing functions here (it is the one writer to Optuna).
+Opening storages (with outage retries and SQLite pragmas), creating/loading studies, and the
+handful of operations ask/tell does not offer publicly: writing to a trial by id, telling a
+trial as `optimize()` would (so a sampler may stop the study), failing a trial left behind.
+Pinned to the Optuna versions tested (pyproject's upper bound); `tests/test_adapters.py` fails
+loudly when an upgrade moves a name used here. Only the driver writes through these functions.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
-import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from sweeps.errors import NotFoundError, ServiceError, SpecError
+from sweeps.errors import NotFoundError, ServiceError, SpecError, one_line
 from sweeps.paths import ensure_local_dirs
+from sweeps.redact import mask_url
 
 if TYPE_CHECKING:
     import optuna
 
     from sweeps.spec import Spec
 
-HEARTBEAT_S = 10.0
-STALE_AFTER_S = 45.0
+# The Optuna releases this adapter was written and tested against (pyproject pins the same).
+OPTUNA_TESTED = ("5.1", "5.2")  # >= first, < second
 
 
-def _storage(url: str) -> Any:
+def open_storage(url: str) -> Any:
     import sqlalchemy.exc
 
     ensure_local_dirs(url)
@@ -42,9 +42,9 @@ def _storage(url: str) -> Any:
         _ride_out_outages(storage, url)
         return storage
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ModuleNotFoundError) as e:
-        raise ServiceError(f"Optuna storage {_safe(url)} is unusable: {_one_line(e)}") from None
+        raise ServiceError(f"Optuna storage {mask_url(url)} is unusable: {one_line(e)}") from None
     except ValueError as e:
-        raise SpecError(f"storage: {_one_line(e)}") from None
+        raise SpecError(f"storage: {one_line(e)}") from None
 
 
 # What a process loses when another one creates the same schema at the same moment (a
@@ -96,11 +96,11 @@ def outage_tolerant(fn: Any, url: str) -> Any:
                         raise
                     if time.monotonic() + delay > deadline:
                         raise ServiceError(
-                            f"Optuna storage {_safe(url)} unreachable for {OUTAGE_S:g} s: "
-                            f"{_one_line(e)}"
+                            f"Optuna storage {mask_url(url)} unreachable for {OUTAGE_S:g} s: "
+                            f"{one_line(e)}"
                         ) from None
                     cause = e.__cause__ or e
-                    log.warning("Optuna storage unreachable, sweep paused: %s", _one_line(cause))
+                    log.warning("Optuna storage unreachable, sweep paused: %s", one_line(cause))
                     time.sleep(delay)
                     delay = min(delay * 2, 10.0)
 
@@ -142,23 +142,15 @@ def _fast_sqlite(engine: Any) -> None:
     engine.dispose()  # connections opened during set-up pick the pragmas up on reconnect
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300]
-
-
-def _safe(url: str) -> str:
-    import re
-
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
-def open_study(spec: Spec, storage_url: str) -> optuna.Study:
-    """Create the sweep's study, or load it to continue / join it."""
+def open_study(spec: Spec, storage: str | Any) -> optuna.Study:
+    """Create the sweep's study, or load it to continue / join it. `storage` is a URL, or an
+    Optuna storage object (an in-memory one in the driver's unit tests)."""
     import optuna
 
     from sweeps.samplers import make_pruner, make_sampler
 
-    storage = _storage(storage_url)
+    if isinstance(storage, str):
+        storage = open_storage(storage)
     sampler = make_sampler(spec)
     # Optuna's pruners are single-objective: a multi-objective study never prunes.
     pruner = make_pruner(spec.pruner) if not spec.multi_objective else optuna.pruners.NopPruner()
@@ -174,7 +166,7 @@ def open_study(spec: Spec, storage_url: str) -> optuna.Study:
             load_if_exists=True,
         )
     except ValueError as e:
-        raise SpecError(f"objective: {_one_line(e)}") from None
+        raise SpecError(f"objective: {one_line(e)}") from None
     have = [d.name.lower() for d in study.directions]
     if have != directions:
         raise SpecError(
@@ -204,60 +196,14 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
     path = storage_url.removeprefix("sqlite:///")
     if path != storage_url and not os.path.exists(path):
         # Reading must not create the database: that would race the driver creating it.
-        raise NotFoundError(f"no sweep named '{name}' in {_safe(storage_url)} (no sweeps yet)")
-    storage = _storage(storage_url)
+        raise NotFoundError(f"no sweep named '{name}' in {mask_url(storage_url)} (no sweeps yet)")
+    storage = open_storage(storage_url)
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         known = [s.study_name for s in storage.get_all_studies()]
         hint = f" (known: {', '.join(known[:10])})" if known else " (no sweeps yet)"
-        raise NotFoundError(f"no sweep named '{name}' in {_safe(storage_url)}{hint}") from None
-
-
-def heartbeat(study: optuna.Study, driver_id: str, alive: bool = True) -> None:
-    beat = {"t": time.time() if alive else 0, "host": socket.gethostname(), "pid": os.getpid()}
-    study.set_user_attr(f"sweeps.driver.{driver_id}", beat)
-
-
-def _alive(beat: object, now: float) -> bool:
-    """A driver is alive while it beats; on this host a vanished PID is dead at once."""
-    if not isinstance(beat, dict) or now - float(beat.get("t", 0)) >= STALE_AFTER_S:
-        return False
-    if beat.get("host") == socket.gethostname():
-        try:
-            os.kill(int(beat["pid"]), 0)
-        except ProcessLookupError:
-            return False
-        except (PermissionError, KeyError, ValueError, TypeError):
-            pass
-    return True
-
-
-def live_drivers(study: optuna.Study, now: float | None = None) -> set[str]:
-    now = now or time.time()
-    return {
-        k.removeprefix("sweeps.driver.")
-        for k, v in study.user_attrs.items()
-        if k.startswith("sweeps.driver.") and _alive(v, now)
-    }
-
-
-def stale_running(study: optuna.Study, me: str) -> list[optuna.trial.FrozenTrial]:
-    """RUNNING trials whose driver stopped beating: left behind by a crash (optuna#3215)."""
-    import optuna
-
-    now = time.time()
-    live = live_drivers(study, now) - {me}
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-
-    def stale(t: optuna.trial.FrozenTrial) -> bool:
-        owner = t.user_attrs.get("sweeps.driver")
-        if owner is None:  # asked a moment ago, not yet claimed; or its driver died right then
-            start = t.datetime_start.timestamp() if t.datetime_start else 0.0
-            return now - start >= STALE_AFTER_S
-        return owner not in live
-
-    return [t for t in running if stale(t)]
+        raise NotFoundError(f"no sweep named '{name}' in {mask_url(storage_url)}{hint}") from None
 
 
 def counted_trials(study: optuna.Study) -> int:
@@ -271,55 +217,82 @@ def counted_trials(study: optuna.Study) -> int:
     return n - int(attrs.get("sweeps.requeued", 0)) - int(attrs.get("sweeps.warm_count", 0))
 
 
-def stop_requested(study: optuna.Study, since: float) -> bool:
-    """`sweeps stop NAME` writes a timestamp into the study; drivers poll for it."""
-    ts = study._storage.get_study_user_attrs(study._study_id).get("sweeps.stop_requested")
-    return isinstance(ts, int | float) and ts >= since
+def fresh_study_attrs(study: optuna.Study) -> dict[str, Any]:
+    """The study's user attrs read from the database now (Optuna's cached copy can lag another
+    process's write, such as `sweeps stop`)."""
+    return study._storage.get_study_user_attrs(study._study_id)
 
 
-_THREAD_LOCK = threading.Lock()
-
-
-@contextmanager
-def launch_lock(study: optuna.Study) -> Iterator[None]:
-    """Serialize "is there budget left? then ask" across drivers sharing a study, so that
-    several drivers (or threads) finish exactly the budget instead of overshooting it.
-
-    PostgreSQL: a session advisory lock keyed by the study. SQLite: a lock file next to the
-    database (drivers on one machine). Other backends: no lock (a possible overshoot of one
-    trial per extra driver).
-    """
+def storage_engine(study: optuna.Study) -> Any:
+    """The SQLAlchemy engine behind a study's RDB storage (None for other storages)."""
     backend = getattr(study._storage, "_backend", study._storage)
-    engine = getattr(backend, "engine", None)
-    url = str(engine.url) if engine is not None else ""
-    with _THREAD_LOCK:
-        if url.startswith("postgresql"):
-            import sqlalchemy
+    return getattr(backend, "engine", None)
 
-            key = zlib.crc32(f"sweeps:{study.study_name}".encode()) & 0x7FFFFFFF
 
-            def locked() -> Any:
-                conn = engine.connect()
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-                return conn
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The storage's id of a trial (ask/tell exposes only its number)."""
+    return trial._trial_id
 
-            with outage_tolerant(locked, url)() as conn:
-                try:
-                    yield
-                finally:
-                    try:
-                        conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                        conn.commit()
-                    except sqlalchemy.exc.SQLAlchemyError:
-                        pass  # the connection died: PostgreSQL dropped its lock with it
-        elif url.startswith("sqlite") and engine.url.database:
-            import fcntl
 
-            with open(f"{engine.url.database}.sweeps-lock", "w") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(f, fcntl.LOCK_UN)
-        else:
-            yield
+def trial_number(study: optuna.Study, tid: int) -> int:
+    """A trial's number from its storage id."""
+    return study._storage.get_trial_number_from_id(tid)
+
+
+def run_id_of(study_attrs: dict[str, Any], trial: Any) -> str | None:
+    """A trial's MLflow run id: on the trial, or (its run was created after it finished) kept
+    in the study under `sweeps.run_of_trial.N`."""
+    return trial.user_attrs.get("mlflow_run_id") or study_attrs.get(
+        f"sweeps.run_of_trial.{trial.number}"
+    )
+
+
+def set_trial_attr(study: optuna.Study, tid: int, key: str, value: Any) -> None:
+    """A user attr on a trial by id: works on finished trials too, unlike `Trial.set_user_attr`."""
+    study._storage.set_trial_user_attr(tid, key, value)
+
+
+def fail_trial(study: optuna.Study, tid: int, error: str) -> bool:
+    """Mark a trial FAIL with its error; False if it had finished meanwhile (not ours to fail)."""
+    import optuna
+
+    try:
+        study._storage.set_trial_user_attr(tid, "sweeps.error", error[:2000])
+        study._storage.set_trial_state_values(tid, optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, values: Any = None, state: Any = None) -> bool:
+    """`study.tell` as inside `optimize()`, returning whether the sampler stopped the study.
+
+    Samplers that end the search themselves (grid, once every point was tried) call
+    `study.stop()`, which only works inside optimize(); this sets the same flag Optuna does.
+    A trial already finished in the storage (a commit that went through just before the
+    connection dropped, then retried) is not an error.
+    """
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    local = study._thread_local
+    before = getattr(local, "in_optimize_loop", False)
+    local.in_optimize_loop = True
+    try:
+        study.tell(trial, values, state=state)
+    except UpdateFinishedTrialError:
+        import logging
+
+        logging.getLogger("sweeps.study").warning(
+            "trial %s was already finished in the storage", trial.number
+        )
+    finally:
+        local.in_optimize_loop = before
+    return bool(getattr(study, "_stop_flag", False))
+
+
+def distribution_contains(dist: Any, value: Any) -> bool:
+    """Whether an Optuna distribution holds `value` (warm start checks old trials with it)."""
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False

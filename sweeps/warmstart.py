@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.spec import CategoricalParam, FloatParam, IntParam, Spec
+from sweeps.study import distribution_contains
 
 
 def distributions(spec: Spec) -> dict[str, Any]:
@@ -36,11 +37,7 @@ def compatible(params: dict[str, Any], dists: dict[str, Any]) -> str | None:
         d = dists.get(k)
         if d is None:
             return f"parameter '{k}' is not in this search space"
-        try:
-            ok = d._contains(d.to_internal_repr(v))
-        except (ValueError, TypeError):
-            ok = False
-        if not ok:
+        if not distribution_contains(d, v):
             return f"{k}={v!r} is outside this search space"
     return None
 

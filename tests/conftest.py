@@ -20,7 +20,7 @@ def ray_cluster():
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     # 4 logical CPUs on a 2-core machine: two 2-worker lanes fit; the work itself is tiny.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -31,9 +31,9 @@ def _mlflow_globals_restored():
     process back so the next test's sweeps resolve their own stores."""
     saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
     yield
-    from mlflow.tracking._tracking_service import utils
+    from tracking.mlflow_compat import reset_tracking_uri
 
-    utils._tracking_uri = None
+    reset_tracking_uri()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -45,7 +45,16 @@ def _mlflow_globals_restored():
 def home(tmp_path, monkeypatch):
     h = tmp_path / "home"
     monkeypatch.setenv("SWEEPS_HOME", str(h))
-    for var in ("MLFLOW_TRACKING_URI", "SWEEPS_STORAGE", "SWEEPS_CHECKPOINTS", "SWEEPS_ARTIFACTS"):
+    for var in (
+        "MLFLOW_TRACKING_URI",
+        "SWEEPS_STORAGE",
+        "SWEEPS_CHECKPOINTS",
+        "SWEEPS_ARTIFACTS",
+        # the ecosystem's variables are honoured too: a developer's shell must not leak in
+        "OPTUNA_STORAGE",
+        "MLFLOW_REGISTRY_URI",
+        "MLFLOW_EXPERIMENT_NAME",
+    ):
         monkeypatch.delenv(var, raising=False)
     return h
 

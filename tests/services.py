@@ -8,6 +8,7 @@ import glob
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -199,6 +200,9 @@ def start_mlflow_server(
     port = port or free_port()
     env = {**os.environ, **(env_extra or {})}
     env.pop("MLFLOW_TRACKING_URI", None)
+    # No GenAI job runner (a uvicorn app, a runner and a huey consumer per server): nothing here
+    # uses it, and on 2 cores it slowed every test that starts a server. `sweeps up` does the same.
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     cmd = [
         str(VENV_BIN / "mlflow"),
         "server",
@@ -283,3 +287,83 @@ def gcs_bucket(emulator: str, name: str):
         return client.create_bucket(name)
     except Exception:
         return client.bucket(name)
+
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+class TwoNodes:
+    """A two-node Ray cluster on this machine: a head (2 CPUs) and a worker node (1 CPU), each a
+    `ray start --block` process tree of its own so that one can be SIGKILLed as a lost node."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        # A temp dir of its own keeps this cluster's address file away from other drivers.
+        self.temp = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
+        self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        # Ray 2.60 token auth: every process of this cluster (nodes, `ray status`, the driver)
+        # uses the same token file (~/.ray/auth_token); say so explicitly so none falls back.
+        self.env["RAY_AUTH_MODE"] = "token"
+        self.head = self._start(
+            "--head",
+            "--port",
+            str(self.port),
+            "--temp-dir",
+            self.temp,
+            "--include-dashboard=false",
+            "--num-cpus",
+            "2",
+        )
+        time.sleep(8)
+        self.worker = self._start("--address", f"127.0.0.1:{self.port}", "--num-cpus", "1")
+        self._wait_nodes(2)
+
+    def _start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [RAY, "start", "--block", "--disable-usage-stats", *args],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _wait_nodes(self, n: int) -> None:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            r = subprocess.run(
+                [RAY, "status", "--address", f"127.0.0.1:{self.port}"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+            )
+            if r.stdout.count("node_") >= n:
+                return
+            time.sleep(2)
+        raise AssertionError(f"{n} nodes never joined: {r.stdout} {r.stderr}")
+
+    def run(self, spec: Path, home: Path) -> subprocess.Popen:
+        env = {**self.env, "SWEEPS_HOME": str(home), "RAY_ADDRESS": f"127.0.0.1:{self.port}"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweeps.cli", "run", str(spec), "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def kill_worker_node(self) -> None:
+        os.killpg(self.worker.pid, signal.SIGKILL)  # raylet, its workers: the whole node
+        self.worker.wait(timeout=30)
+
+    def stop(self) -> None:
+        for p in (self.worker, self.head):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in (self.worker, self.head):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        shutil.rmtree(self.temp, ignore_errors=True)

@@ -10,7 +10,13 @@ import sys
 import pytest
 from conftest import ROOT
 
-from sweeps.aiplatform import load_config, to_spec
+from sweeps.aiplatform import (
+    apply_gcloud_flags,
+    load_config,
+    package_root,
+    sweep_name,
+    to_spec,
+)
 from sweeps.errors import SpecError
 from sweeps.spec import spec_from_dict
 
@@ -51,6 +57,96 @@ def test_bad_legacy_configs_are_named():
         to_spec({}, name="x", package_path=".", module_name="m")
 
 
+def test_package_path_is_the_package_folder_as_in_gcloud_or_its_parent(tmp_path, monkeypatch):
+    cfg = PKG / "config.yaml"
+    assert package_root(PKG / "trainer", "trainer.task", cfg) == PKG  # gcloud's form
+    assert package_root(str(PKG / "trainer") + "/", "trainer.task", cfg) == PKG
+    assert package_root(PKG, "trainer.task", cfg) == PKG  # the parent folder
+    monkeypatch.chdir(tmp_path)
+    assert package_root(None, "trainer.task", cfg) == PKG  # next to the config
+    with pytest.raises(SpecError, match="module trainer.nope not found"):
+        package_root(PKG / "trainer", "trainer.nope", cfg)
+    with pytest.raises(SpecError, match="folder not found"):
+        package_root(tmp_path / "missing", "trainer.task", cfg)
+    with pytest.raises(SpecError, match="no package 'trainer'"):
+        package_root(None, "trainer.task", tmp_path / "config.yaml")
+
+
+def test_a_sweep_is_named_after_the_job_or_project_and_gcloud_flags_apply():
+    config = load_config(PKG / "config.yaml")
+    assert sweep_name(config, PKG, "trainer.task", "my_job_1") == "my_job_1"
+    assert sweep_name({"jobId": "census 2"}, PKG, "trainer.task", None) == "census-2"
+    assert sweep_name(config, PKG, "trainer.task", None) == "aiplatform_trainer"
+    ti = apply_gcloud_flags(config, scale_tier="basic-gpu", master_machine_type=None)
+    assert ti["trainingInput"]["scaleTier"] == "BASIC_GPU"
+    ti = apply_gcloud_flags(config, scale_tier=None, master_machine_type="n1-standard-8")
+    raw, _ = to_spec(ti, name="x", package_path=str(PKG), module_name="trainer.task")
+    assert raw["resources"]["machine_type"] == "n1-standard-8"
+
+
+def test_import_prints_only_what_the_job_says(tmp_path):
+    import yaml
+
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "import-aiplatform", str(PKG / "config.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # not the package's folder: found next to the config
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    raw = yaml.safe_load(r.stdout)
+    assert raw["name"] == "aiplatform_trainer"
+    assert set(raw["trainer"]) == {"entrypoint", "code_dir", "params"}  # no model, dataset, epochs
+    assert "gpus_per_worker" not in raw["resources"]
+    assert raw["trainer"]["code_dir"] == str(PKG)
+    spec_from_dict(raw)
+
+
+def test_missing_hypertune_names_the_extra(monkeypatch):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from sweeps import program, runtime
+    from sweeps.cli import app
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "hypertune" else real(n, *a)
+    )
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    r = CliRunner().invoke(app, ["run", "--aiplatform", str(PKG / "config.yaml")])
+    assert r.exit_code == 2 and "pip install 'sweeps[aiplatform]'" in r.output
+    monkeypatch.undo()
+    # On a worker without it, the trial's error says the same.
+    settings = {
+        "command": ["${interpreter}", "-S", "hypertune_task.py"],  # -S: no site-packages
+        "code_dir": str(ROOT / "tests" / "scripts"),
+        "metrics": {"collector": "hypertune"},
+        "objectives": ["accuracy"],
+        "param_names": [],
+    }
+    runtime._set_context(
+        runtime.TrialContext(
+            rank=0,
+            world_size=1,
+            local_rank=0,
+            device=None,
+            data_dir=None,
+            trial_number=0,
+            seed=0,
+            params={},
+        )  # fmt: skip
+    )
+    try:
+        with pytest.raises(program.ProgramError, match=r"sweeps\[aiplatform\]"):
+            program.run(settings, {})
+    finally:
+        runtime._set_context(None)
+
+
 def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
     env = {**os.environ, "SWEEPS_HOME": str(tmp_path / "h")}
     r = subprocess.run(
@@ -58,15 +154,16 @@ def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
             sys.executable,
             "-m",
             "sweeps.cli",
+            # gcloud ai-platform jobs submit training legacy ... with its leading words changed
             "run",
             "--aiplatform",
-            str(PKG / "config.yaml"),
-            "--package-path",
-            str(PKG),
-            "--module-name",
-            "trainer.task",
-            "--name",
             "legacy",
+            "--package-path",
+            str(PKG / "trainer") + "/",  # the package folder itself, as gcloud takes it
+            "--module-name=trainer.task",
+            f"--config={PKG / 'config.yaml'}",
+            "--region=us-central1",
+            "--job-dir=gs://bucket/legacy",
             "--json",
             "--",
             "--epochs=4",
@@ -77,6 +174,7 @@ def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
         timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "--region us-central1: noted, not used" in r.stderr
     doc = json.loads(r.stdout)
     assert len(doc["trials"]) == 4
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in doc["trials"]), doc["trials"]

@@ -63,3 +63,5 @@ def test_byo_example_from_the_cli(home, tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
     model = mlflow.pytorch.load_model(f"runs:/{best.info.run_id}/model")
     assert sum(p.numel() for p in model.parameters()) > 0
+    assert best.data.tags["sweeps.model_format"] == "pt2", "exported, not pickled"
+    assert "sweeps.model_error" not in best.data.tags

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +38,14 @@ def logged_sweep(ray_cluster, tmp_path_factory):
             os.environ["SWEEPS_HOME"] = old
 
 
+def test_report_says_which_prices_were_used():
+    from tracking.report import price_basis
+
+    assert price_basis("name: x\nresources: {preemptible: true}\n").startswith("spot")
+    assert price_basis("name: x\nresources: {preemptible: false}\n").startswith("on-demand")
+    assert price_basis("").startswith("on-demand")
+
+
 def test_plots_on_the_parent_run(logged_sweep):
     home, out = logged_sweep
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
@@ -64,6 +73,7 @@ def test_note_and_report_have_every_section(logged_sweep, tmp_path):
     ):
         assert section in md, section
     assert "capped lr" in md and "trial 1" in md
+    assert "- Prices: on-demand list prices" in md
     assert "byo_tasks:curve" in md
     html = Path(files["html"]).read_text()
     assert "data:image/png;base64," in html
@@ -119,7 +129,7 @@ def test_stop_from_a_second_process_ends_the_sweep_gracefully(home, tmp_path):
     spec = _spec_file(tmp_path, "stoppable", trials=50, epochs=3, sleep=0.3)
     env = {**os.environ, "SWEEPS_HOME": str(home)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sweeps.cli", "run", str(spec)],
+        [sys.executable, "-m", "sweeps.cli", "run", str(spec), "--profile"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -143,6 +153,16 @@ def test_stop_from_a_second_process_ends_the_sweep_gracefully(home, tmp_path):
     doc = api.show("stoppable")
     assert len(doc["trials"]) < 50
     assert all(t["state"] == "COMPLETE" for t in doc["trials"]), "nothing left RUNNING"
+    # --profile: where the time went, and the same timeline kept on the parent run
+    assert "where the time went" in stderr and "until first trial assigned" in stderr, stderr
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    path = client.download_artifacts(doc["parent_run_id"], "timeline.json", str(tmp_path))
+    events = json.loads(Path(path).read_text())
+    names = [e["event"] for e in events]
+    for phase in ("imports.done", "stores.ready", "ray.ready", "lane.launch", "trial.assigned"):
+        assert phase in names, names
+    assert names.count("trial.ended") == len(doc["trials"])
+    assert all(a["t"] <= b["t"] for a, b in zip(events, events[1:], strict=False))
 
 
 def test_ctrl_c_finishes_running_trials_and_exits_130(home, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import mlflow
 import numpy as np
 import pytest
 from conftest import make_spec
+from typer.testing import CliRunner
 
 from sweeps import api
+from sweeps.cli import app
 from sweeps.errors import NotFoundError, SpecError
 from tracking.registry import decide
 
@@ -26,6 +29,34 @@ def test_decide_is_a_pure_gate():
     assert decide(0.5, 0.95, "maximize", True, False)[0] is True
 
 
+def test_input_scaling_of_the_built_in_datasets_and_the_range_check():
+    from tracking.predict import check_input_range, describe_scaling, model_version_ref
+    from trainer.data import input_scaling, load_dataset
+
+    digits = input_scaling("digits")
+    assert "[0, 1]" in describe_scaling(digits) and "/ 16" in describe_scaling(digits)
+    x = load_dataset("digits").x_val.numpy()
+    assert check_input_range(x, digits) is None  # what the model was trained on
+    warning = check_input_range(x * 16, digits)  # raw pixels
+    assert warning and warning.startswith(f"{int((x * 16 > 1.001).sum())} of {x.size}")
+    # MNIST: pixels / 255 standardized; 0 and 255 map to the recorded bounds (rounded)
+    mnist = input_scaling("mnist")
+    lo, hi = mnist["range"]
+    raw = np.array([0.0, 255.0])
+    assert check_input_range((raw / 255 - 0.1307) / 0.3081, mnist) is None
+    assert check_input_range(raw, mnist) is not None and lo < 0 < 1 < hi
+    # CIFAR-10 ranges are per channel
+    cifar = input_scaling("cifar10")
+    img = np.zeros((1, 3, 2, 2)) + np.array(cifar["range"])[:, 1][None, :, None, None]
+    assert check_input_range(img, cifar) is None
+    img[0, 2] = cifar["range"][1][1]  # channel 2 at channel 1's max: above channel 2's range
+    assert check_input_range(img, cifar) is not None
+    assert model_version_ref("m@champion") == ("m", "champion", None)
+    assert model_version_ref("models:/m/3") == ("m", None, "3")
+    assert model_version_ref("runs:/abc/model") is None
+    assert model_version_ref("models:/m-0123abcd") is None
+
+
 def _sweep(name: str, lr: float, epochs: int) -> None:
     spec = make_spec(
         name=name,
@@ -38,7 +69,7 @@ def _sweep(name: str, lr: float, epochs: int) -> None:
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_champion_challenger_rollback_and_predict(home, tmp_path):
+def test_champion_challenger_rollback_and_predict(home, tmp_path, monkeypatch):
     _sweep("sweep-a", 0.01, 3)
     _sweep("sweep-b", 0.0003, 1)  # deliberately worse
     _sweep("sweep-c", 0.01, 10)  # better
@@ -47,8 +78,18 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path):
     vc = api.show("sweep-c")["best"]["value"]
     assert vb < va < vc, (va, vb, vc)
 
-    a = api.promote("sweep-a", "digits-mlp", if_better=True)
-    assert a["moved"] and a["version"] == "1"
+    # the first promotion, through the CLI: v1 is the first champion, not "challenger; ..."
+    r = CliRunner().invoke(app, ["promote", "sweep-a", "--model", "digits-mlp", "--if-better"])
+    assert r.exit_code == 0, r.output
+    assert "v1 is the first champion" in r.stdout and "challenger;" not in r.stdout, r.stdout
+    a = api.promote("sweep-a", "digits-mlp", if_better=True)  # again: no second version
+    assert a["version"] == "1" and a["existing"] and not a["moved"], a
+    assert "already registered" in a["reason"]
+    assert len(api.models("digits-mlp")) == 1
+    r = CliRunner().invoke(app, ["promote", "sweep-a", "--model", "digits-mlp"])
+    assert r.exit_code == 0 and "already registered as v1" in r.stdout, r.stdout
+    assert len(api.models("digits-mlp")) == 1
+    first_decision = api.models("digits-mlp")[0]["decision"]
     b = api.promote("sweep-b", "digits-mlp", if_better=True)
     assert not b["moved"] and "does not beat" in b["reason"]
     rows = {r["version"]: r for r in api.models("digits-mlp")}
@@ -67,7 +108,19 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path):
         "champion",
     ]
     assert api.rollback("digits-mlp") == ("3", "1")
-    assert "champion" in {r["version"]: r for r in api.models("digits-mlp")}["1"]["aliases"]
+    rows = {r["version"]: r for r in api.models("digits-mlp")}
+    assert "champion" in rows["1"]["aliases"]
+    # the rollback has its own tag; the promote decision of v1 is kept
+    assert rows["1"]["decision"] == first_decision
+    assert "rolled back to v1 from v3" in rows["1"]["rollback"]
+    assert "beats holder" in rows["3"]["decision"] and "v1" in rows["3"]["rollback"]
+
+    # the model version says how its input is scaled (digits: raw pixels / 16, in [0, 1])
+    from mlflow.tracking import MlflowClient as _Client
+
+    mv = _Client(f"sqlite:///{home}/mlflow.db").get_model_version("digits-mlp", "1")
+    scaling = json.loads(mv.tags["sweeps.input_scaling"])
+    assert scaling["dataset"] == "digits" and scaling["range"] == [0.0, 1.0]
 
     # models:/digits-mlp@champion predicts the validation split with the recorded accuracy
     from trainer.data import load_dataset
@@ -103,6 +156,22 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path):
     y = np.load(tmp_path / "y.npy")
     assert y.shape == (20, 10)
     assert (y.argmax(1) == pred[:20]).all()
+    assert "input scaling" in r.stdout and "/ 16" in r.stdout, r.stdout
+    assert "outside" not in r.stderr, r.stderr
+
+    # raw digits pixels (0..16, not divided by 16): predicted, with a warning on stderr
+    raw = tmp_path / "raw.npy"
+    np.save(raw, ds.x_val.numpy()[:20] * 16)
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "predict", "digits-mlp@champion", str(raw)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    warn = [ln for ln in r.stderr.splitlines() if "outside" in ln]
+    assert len(warn) == 1 and "[0, 1]" in warn[0], r.stderr
 
     # errors: unknown sweep, unknown metric, nothing half-registered
     with pytest.raises(NotFoundError):
@@ -110,6 +179,16 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path):
     with pytest.raises(SpecError, match="--metric: 'f1'"):
         api.promote("sweep-a", "digits-mlp", metric="f1")
     assert len(api.models("digits-mlp")) == 3
+
+    # MLFLOW_REGISTRY_URI: the version goes to that registry, the runs stay where they are
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", registry)
+    p = api.promote("sweep-c", "team-model")
+    assert p["version"] == "1"
+    assert [m.name for m in _Client(registry).search_registered_models()] == ["team-model"]
+    tracking = f"sqlite:///{home}/mlflow.db"
+    names = [m.name for m in _Client(tracking, registry_uri=tracking).search_registered_models()]
+    assert "team-model" not in names
     r = subprocess.run(
         [sys.executable, "-m", "sweeps.cli", "promote", "nope", "--model", "m"],
         env=env,

@@ -154,8 +154,9 @@ def test_sweep_against_a_tracking_server_rest_view(home, tmp_path, monkeypatch, 
             m = run.data.metrics
             # price $3600/h = $1/s, 1 worker: cost equals the trial's wall time in seconds
             assert m["cost_usd"] == pytest.approx(m["duration_s"] * 1.0, rel=1e-6)
-            digests = {i.dataset.digest for i in run.inputs.dataset_inputs}
-            assert len(digests) == 1 and run.data.tags["sweeps.dataset_digest"][:8] in digests.pop()
+            digests = {i.tags[0].value: i.dataset.digest for i in run.inputs.dataset_inputs}
+            assert len(set(digests.values())) == 2, "each split has its own digest"
+            assert run.data.tags["sweeps.dataset_digest"] == digests["validation"]
             assert client.search_logged_models(
                 [out.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
             )

@@ -300,9 +300,11 @@ def test_resources_are_searched_like_any_parameter(home, priced):
         workers = t["params"]["resources.workers"]
         assert run.data.tags["sweeps.hw.world_size"] == str(workers)
         assert run.data.params["resources.workers"] == str(workers)
-        price = 3600 if t["params"]["resources.machine_type"] == "dear" else 7200
+        # dear: 1 vCPU, a 1-CPU worker fills it; gpu-box: 8 vCPUs, a 1-CPU worker pays 1/8
+        dear = t["params"]["resources.machine_type"] == "dear"
+        price, share = (3600, 1.0) if dear else (7200, 1 / 8)
         assert run.data.metrics["cost_usd"] == pytest.approx(
-            price / 3600 * workers * run.data.metrics["duration_s"], rel=1e-6
+            price / 3600 * workers * share * run.data.metrics["duration_s"], rel=1e-6
         )
         seen.add((workers, t["params"]["resources.machine_type"]))
     assert len(seen) == 4

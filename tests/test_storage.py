@@ -11,7 +11,7 @@ import pytest
 from conftest import make_spec
 
 from sweeps.errors import NotFoundError
-from sweeps.study import _storage, load_study, open_study
+from sweeps.study import load_study, open_storage, open_study
 
 
 def test_a_new_study_survives_concurrent_readers_and_creators(tmp_path):
@@ -29,7 +29,7 @@ def test_a_new_study_survives_concurrent_readers_and_creators(tmp_path):
         ) -> None:
             while not stop.is_set():
                 try:
-                    _storage(url) if create else load_study("race", url)
+                    open_storage(url) if create else load_study("race", url)
                 except NotFoundError:
                     pass  # the study is not there yet: what `sweeps show` then says
                 except Exception as e:  # collected for the assertion below
@@ -56,7 +56,7 @@ def test_reading_a_sweep_never_creates_the_database(tmp_path):
 
 
 def test_only_trials_of_dead_drivers_are_stale(tmp_path, monkeypatch):
-    import sweeps.study as st
+    import sweeps.liveness as st
 
     study = open_study(make_spec(name="stale"), f"sqlite:///{tmp_path}/optuna.db")
     st.heartbeat(study, "alive")  # this process: alive

@@ -107,19 +107,29 @@ def test_best_model_loads_and_scores_on_validation_split(digits_sweep):
     home, spec, _ = digits_sweep
     doc = api.show("quickstart")
     mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
-    model = mlflow.pytorch.load_model(f"runs:/{doc['best']['mlflow_run_id']}/model")
+    # A built-in model loads without unpickling anything: weights + build config, rebuilt.
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{doc['best']['mlflow_run_id']}/model")
     from trainer.data import load_dataset
 
     ds = load_dataset("digits", val_fraction=spec.trainer.val_fraction, seed=0)
-    with torch.no_grad():
-        acc = (model(ds.x_val).argmax(1) == ds.y_val).float().mean().item()
+    pred = np.asarray(pyfunc.predict(ds.x_val.numpy()))
+    acc = float((pred.argmax(1) == ds.y_val.numpy()).mean())
     assert acc >= 0.95
     assert acc == pytest.approx(doc["best"]["value"], abs=1e-6)
+    net = pyfunc.unwrap_python_model().model
+    assert isinstance(net, torch.nn.Module)
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     run = client.get_run(doc["best"]["mlflow_run_id"])
-    contexts = {i.tags[0].value for i in run.inputs.dataset_inputs}
-    assert contexts == {"training", "validation"}
-    assert all(i.dataset.digest == ds.digest[:36] for i in run.inputs.dataset_inputs)
+    assert run.data.tags["sweeps.model_format"] == "pyfunc"
+    digests = {i.tags[0].value: i.dataset.digest for i in run.inputs.dataset_inputs}
+    assert digests == {"training": ds.digest_train, "validation": ds.digest_val}
+    # The LoggedModel carries the final metrics, measured on the validation split.
+    (logged,) = client.search_logged_models(
+        [doc["mlflow_experiment_id"]], filter_string=f"source_run_id = '{run.info.run_id}'"
+    )
+    m = {x.key: x for x in logged.metrics}
+    assert m["final_val_accuracy"].value == pytest.approx(doc["best"]["value"])
+    assert m["final_val_accuracy"].dataset_digest == ds.digest_val
 
 
 def test_show_json_from_the_cli(digits_sweep):

@@ -1,109 +1,82 @@
 """A two-node Ray cluster on this machine (`ray start --head` + `ray start --address`): a
-2-worker trial spans it. Named to run last: it starts Ray nodes of its own."""
+2-worker trial spans it, and when the worker node dies (its whole `ray start` process tree
+SIGKILLed) mid-trial, the trial finishes on the remaining node from its last checkpoint. Named
+to run last: it starts Ray nodes of its own."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
+import json
 import time
 from pathlib import Path
 
+import optuna
+import pytest
 from conftest import BYO
 from mlflow.tracking import MlflowClient
-from services import free_port
-
-RAY = str(Path(sys.executable).parent / "ray")
+from services import TwoNodes
 
 
-def test_two_node_cluster_runs_a_trial_across_nodes(tmp_path):
-    port = free_port()
-    # A temp dir of its own keeps this cluster's address file away from other drivers.
-    temp = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
-    env = {**os.environ}
-    env.pop("RAY_ADDRESS", None)
-    # Ray 2.60 token auth: every process of this cluster (nodes, `ray status`, the driver)
-    # uses the same token file (~/.ray/auth_token); say so explicitly so none falls back.
-    env["RAY_AUTH_MODE"] = "token"
-    common = ["--num-cpus", "1", "--block", "--disable-usage-stats"]
-    head = subprocess.Popen(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--port",
-            str(port),
-            "--temp-dir",
-            temp,
-            "--include-dashboard=false",
-            *common,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    nodes = [head]
+@pytest.fixture(scope="module")
+def cluster():
+    c = TwoNodes()
     try:
-        time.sleep(8)
-        worker = subprocess.Popen(
-            [RAY, "start", "--address", f"127.0.0.1:{port}", *common],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        nodes.append(worker)
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            r = subprocess.run(
-                [RAY, "status", "--address", f"127.0.0.1:{port}"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            if r.stdout.count("node_") >= 2:
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(f"second node never joined: {r.stdout} {r.stderr}")
-        spec = tmp_path / "two.yaml"
-        spec.write_text(
-            "name: two-nodes\n"
-            "search_space: {lr: {type: float, low: 0.01, high: 0.02}}\n"
-            "pruner: {name: none}\n"
-            "budget: {trials: 1}\n"
-            "resources: {workers: 2, cpus_per_worker: 1}\n"
-            f"trainer: {{entrypoint: 'byo_tasks:nodes', code_dir: '{BYO}', epochs: 1}}\n"
-        )
-        home = tmp_path / "h"
-        run_env = {**env, "SWEEPS_HOME": str(home), "RAY_ADDRESS": f"127.0.0.1:{port}"}
-        r = subprocess.run(
-            [sys.executable, "-m", "sweeps.cli", "run", str(spec), "--json"],
-            env=run_env,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        import json
-
-        (t,) = json.loads(r.stdout)["trials"]
-        assert t["state"] == "COMPLETE", t
-        run = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(t["mlflow_run_id"])
-        assert run.data.metrics["distinct_nodes"] == 2.0
+        yield c
     finally:
-        for p in reversed(nodes):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in nodes:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
+        c.stop()
+
+
+def _spec(tmp_path: Path, name: str, task: str, epochs: int, max_failures: int = 2) -> Path:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(
+        f"name: {name}\n"
+        "search_space: {lr: {type: float, low: 0.01, high: 0.02}}\n"
+        "pruner: {name: none}\n"
+        "budget: {trials: 1}\n"
+        "execution: {checkpoint_min_interval_s: 0}\n"
+        f"resources: {{workers: 2, cpus_per_worker: 1, placement: spread, "
+        f"max_failures: {max_failures}}}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:{task}', code_dir: '{BYO}', epochs: {epochs}, "
+        "params: {epoch_s: 0.5}}\n"
+    )
+    return spec
+
+
+def test_two_node_cluster_runs_a_trial_across_nodes(cluster, tmp_path):
+    home = tmp_path / "h"
+    p = cluster.run(_spec(tmp_path, "two-nodes", "nodes", 1), home)
+    out, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err[-3000:]
+    (t,) = json.loads(out)["trials"]
+    assert t["state"] == "COMPLETE", t
+    run = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(t["mlflow_run_id"])
+    assert run.data.metrics["distinct_nodes"] == 2.0
+
+
+def test_a_lost_node_costs_only_the_work_since_the_last_checkpoint(cluster, tmp_path):
+    home = tmp_path / "h"
+    p = cluster.run(_spec(tmp_path, "node-lost", "nodes_long", 30), home)
+    storage = f"sqlite:///{home}/optuna.db"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            steps = optuna.load_study(study_name="node-lost", storage=storage).trials[0]
+            if len(steps.intermediate_values) >= 5:
+                break
+        except (KeyError, IndexError, ValueError):
+            pass
+        time.sleep(0.5)
+    else:
+        p.kill()
+        raise AssertionError("the trial never reached epoch 5")
+    cluster.kill_worker_node()
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    (t,) = json.loads(out)["trials"]
+    assert t["state"] == "COMPLETE", t
+    assert t["restarts"] >= 1
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    run = client.get_run(t["mlflow_run_id"])
+    assert run.data.metrics["final_resumed_from"] >= 3, "resumed from a checkpoint, not epoch 0"
+    nodes = [m.value for m in client.get_metric_history(run.info.run_id, "nodes")]
+    assert nodes[0] == 2.0 and nodes[-1] == 1.0, "it finished on the remaining node"
+    assert "restarted" in run.data.tags["sweeps.problems"]

@@ -7,8 +7,13 @@ is a note, not a failure.
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from typing import Any
+
+from sweeps import timeline
+from sweeps.callbacks import DriverCallback, SweepContext, SweepSummary, Tracker
+from sweeps.errors import one_line
 
 PLOTS = ("optimization_history", "param_importances", "parallel_coordinate", "intermediate_values")
 
@@ -49,6 +54,41 @@ def make_plots(study: Any, out_dir: str) -> tuple[dict[str, dict[str, str]], lis
                 plt.close("all")
             files[name] = {"html": html, "png": png}
         except Exception as e:  # too few trials for this plot, typically
-            notes.append(f"{name}: not drawn ({' '.join(str(e).split())[:160]})")
+            notes.append(f"{name}: not drawn ({one_line(e, 160)})")
             plt.close("all")
     return files, notes
+
+
+class PlotLogger(DriverCallback):
+    """At the sweep's end, its plots go to the parent run (`plots/`) through the tracker's
+    ordered writer. A plotting problem is a note on the run, never a failed sweep."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    def on_sweep_end(self, ctx: SweepContext, summary: SweepSummary) -> None:
+        if not ctx.parent_run_id or ctx.study is None:
+            return
+        out = tempfile.mkdtemp(prefix="sweeps-plots-")
+        files, notes = make_plots(ctx.study, out)
+        timeline.mark("plots.done")
+        paths = [p for kinds in files.values() for p in kinds.values()]
+        self.tracker.log_artifacts(ctx.parent_run_id, paths, "plots", then_remove=out)
+        if notes:
+            self.tracker.set_tags(
+                ctx.parent_run_id, {"sweeps.plot_notes": one_line("; ".join(notes), 5000)}
+            )
+
+
+class TimelineLogger(DriverCallback):
+    """The sweep's timeline (`sweeps.timeline`) as `timeline.json` on its parent run."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    def on_sweep_end(self, ctx: SweepContext, summary: SweepSummary) -> None:
+        import json
+
+        if ctx.parent_run_id:
+            events = timeline.current().to_json()
+            self.tracker.log_text(ctx.parent_run_id, json.dumps(events, indent=1), "timeline.json")

@@ -1,9 +1,12 @@
 """Promote a sweep's best model to the MLflow Model Registry, behind a champion/challenger gate.
 
-Aliases, not the deprecated stages. Every promotion registers a new version with alias
-`challenger`; the target alias (`champion`) moves only when asked to, or with `if_better` only
-when the challenger beats the holder on the same metric, direction and validation dataset
-digest. The alias history lives in a registered-model tag so `rollback` can undo a move.
+Aliases, not the deprecated stages. A promotion registers the trial's model as a new version
+with alias `challenger` (a trial already registered keeps its one version: it is reused, not
+registered again); the target alias (`champion`) moves only when asked to, or with `if_better`
+only when the challenger beats the holder on the same metric, direction and validation dataset
+digest. The alias history lives in a registered-model tag so `rollback` can undo a move; a
+rollback writes its own `sweeps.rollback` tag and leaves each version's `sweeps.decision`.
+Built-in models carry `sweeps.input_scaling`: how their input pixels were scaled in training.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sweeps.errors import NotFoundError, ServiceError, SpecError
+from sweeps.errors import NotFoundError, ServiceError, SpecError, one_line
+from tracking.model_log import FORMAT_TAG, OUTPUTS
 
 HISTORY_TAG = "sweeps.alias_history.{alias}"
 
@@ -33,6 +37,7 @@ class Promotion:
     previous_version: str | None
     previous_value: float | None
     dataset_digest: str | None
+    existing: bool = False  # the trial already had this version: nothing was registered
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,31 +65,14 @@ def decide(
 def _client(tracking_uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
-    from tracking.mlflow_tracker import check_reachable
+    from sweeps.paths import registry_uri
+    from tracking.mlflow_compat import check_reachable
 
     check_reachable(tracking_uri)
-    return MlflowClient(tracking_uri, registry_uri=tracking_uri)
-
-
-def _pick_trial(study: Any, trial: int | None, select: str | None) -> Any:
-    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
-    if not done:
-        raise NotFoundError(f"sweep '{study.study_name}' has no completed trial to promote")
-    if trial is not None:
-        match = [t for t in done if t.number == trial]
-        if not match:
-            raise NotFoundError(f"sweep '{study.study_name}' has no completed trial {trial}")
-        return match[0]
-    if select:
-        from sweeps.select import select_trial
-
-        return select_trial(study, done, select)
-    if len(study.directions) > 1:
-        raise SpecError(
-            "multi-objective sweep: choose with --select (e.g. 'val_accuracy max; "
-            "cost_usd <= 0.05') or --trial N"
-        )
-    return study.best_trial
+    registry = registry_uri(tracking_uri)
+    if registry != tracking_uri:
+        check_reachable(registry)
+    return MlflowClient(tracking_uri, registry_uri=registry)
 
 
 def _metric_value(run: Any, metric: str) -> float | None:
@@ -98,39 +86,40 @@ def _metric_value(run: Any, metric: str) -> float | None:
 
 
 def promote(
-    sweep: str,
+    study: Any,
+    t: Any,
     model: str,
     *,
-    storage_url: str,
     tracking_uri: str,
     alias: str = "champion",
     if_better: bool = False,
     metric: str | None = None,
-    trial: int | None = None,
-    select: str | None = None,
 ) -> Promotion:
-    from sweeps.study import load_study
-
-    study = load_study(sweep, storage_url)
-    t = _pick_trial(study, trial, select)
+    """Register trial `t` of `study` (an Optuna study and one of its finished trials, chosen by
+    the caller) as a new version of `model`, and move `alias` per the gate."""
+    sweep = study.study_name
     metric = metric or study.user_attrs.get("sweeps.objective") or "objective"
     direction = study.directions[0].name.lower() if len(study.directions) == 1 else "maximize"
-    run_id = t.user_attrs.get("mlflow_run_id")
+    run_id = t.user_attrs.get("mlflow_run_id") or study.user_attrs.get(
+        f"sweeps.run_of_trial.{t.number}"
+    )
     if not run_id:
         raise NotFoundError(f"trial {t.number} of '{sweep}' has no MLflow run")
     client = _client(tracking_uri)
     try:
         run = client.get_run(run_id)
     except Exception as e:
-        raise ServiceError(f"cannot read run {run_id}: {' '.join(str(e).split())[:200]}") from None
+        raise ServiceError(f"cannot read run {run_id}: {one_line(e, 200)}") from None
     value = _metric_value(run, metric)
     if value is None:
         have = ", ".join(sorted(k for k in run.data.metrics if not k.startswith("final_")))
         raise SpecError(f"--metric: '{metric}' was not recorded for trial {t.number} ({have})")
     digest = run.data.tags.get("sweeps.dataset_digest")
     logged = _logged_model(client, run)
-    if run.data.tags.get("sweeps.model_error") or logged is None:
-        raise NotFoundError(f"trial {t.number} of '{sweep}' has no logged model")
+    files = logged is None and _has_outputs(client, run_id)  # a program-mode trial's files
+    if logged is None and not files:
+        why = run.data.tags.get("sweeps.model_error") or "its training code returned none"
+        raise NotFoundError(f"trial {t.number} of '{sweep}' has no logged model: {why}")
 
     holder_version, holder_value, holder_digest = None, None, None
     try:
@@ -147,6 +136,11 @@ def promote(
     move, reason = decide(value, holder_value, direction, holder_digest == digest, if_better)
     if holder_version is not None and holder_value is None and if_better:
         move, reason = False, f"kept: the holder (v{holder_version}) has no recorded {metric}"
+    existing = _version_of_run(client, model, run_id)
+    if existing is not None:
+        if existing == holder_version:
+            move, reason = False, f"v{existing} already holds {alias}"
+        reason = f"trial {t.number} already registered as v{existing}; {reason}"
 
     tags = {
         "sweeps.sweep": sweep,
@@ -159,29 +153,28 @@ def promote(
         "sweeps.cost_usd": str(t.user_attrs.get("cost_usd", "")),
         "sweeps.run_id": run_id,
     }
-    version = None
+    scaling = _input_scaling(run)
+    if scaling is not None:
+        tags["sweeps.input_scaling"] = json.dumps(scaling)
+    # How the model was saved: pickle means loading it runs its code; files are not loadable.
+    tags[FORMAT_TAG] = "files" if files else run.data.tags.get(FORMAT_TAG, "")
+    version = existing
     try:
-        try:
-            client.get_registered_model(model)
-        except Exception:
-            client.create_registered_model(model, tags={"sweeps.managed": "true"})
-        mv = client.create_model_version(
-            model, logged.artifact_location, run_id=run_id, tags=tags, model_id=logged.model_id
-        )
-        version = mv.version
-        _wait_ready(client, model, version)
-        client.set_registered_model_alias(model, "challenger", version)
+        if existing is None:
+            version = _register(client, model, logged, run_id, tags)
+            client.set_registered_model_alias(model, "challenger", version)
         if move:
             client.set_registered_model_alias(model, alias, version)
             _push_history(client, model, alias, holder_version)
-        client.set_model_version_tag(model, version, "sweeps.decision", reason)
+        if existing is None or move:  # a repeated promotion that changes nothing keeps the tag
+            client.set_model_version_tag(model, version, "sweeps.decision", reason)
     except Exception as e:
-        if version is not None:  # nothing half-registered
+        if version is not None and existing is None:  # nothing half-registered
             try:
                 client.delete_model_version(model, version)
             except Exception:
                 pass
-        raise ServiceError(f"registry: {' '.join(str(e).split())[:300]}") from None
+        raise ServiceError(f"registry: {one_line(e, 300)}") from None
     promo = Promotion(
         model=model,
         version=str(version),
@@ -196,11 +189,58 @@ def promote(
         previous_version=None if holder_version is None else str(holder_version),
         previous_value=holder_value,
         dataset_digest=digest,
+        existing=existing is not None,
     )
     parent = study.user_attrs.get("sweeps.mlflow_parent_run_id")
     if parent:
         client.set_tag(parent, f"sweeps.promotion.{model}.v{version}", json.dumps(promo.to_dict()))
     return promo
+
+
+def _has_outputs(client: Any, run_id: str) -> bool:
+    try:
+        return bool(client.list_artifacts(run_id, OUTPUTS))
+    except Exception:
+        return False
+
+
+def _register(client: Any, model: str, logged: Any, run_id: str, tags: dict[str, str]) -> str:
+    """A new version: the trial's LoggedModel, or (program mode) the files it wrote."""
+    try:
+        client.get_registered_model(model)
+    except Exception:
+        client.create_registered_model(model, tags={"sweeps.managed": "true"})
+    if logged is None:
+        source = f"{client.get_run(run_id).info.artifact_uri}/{OUTPUTS}"
+        mv = client.create_model_version(model, source, run_id=run_id, tags=tags)
+    else:
+        mv = client.create_model_version(
+            model, logged.artifact_location, run_id=run_id, tags=tags, model_id=logged.model_id
+        )
+    _wait_ready(client, model, mv.version)
+    return str(mv.version)
+
+
+def _version_of_run(client: Any, model: str, run_id: str) -> str | None:
+    """The version already registered from this trial's run, if any (the oldest)."""
+    try:
+        found = client.search_model_versions(f"name = '{model}' and run_id = '{run_id}'")
+    except Exception:
+        return None  # no such registered model yet
+    versions = sorted(int(mv.version) for mv in found)
+    return str(versions[0]) if versions else None
+
+
+def _input_scaling(run: Any) -> dict[str, Any] | None:
+    """Built-in dataset of a trial (its logged validation dataset), and how its pixels were
+    scaled; None for user code, whose scaling we cannot know."""
+    from trainer.data import DATASETS, input_scaling
+
+    for inp in run.inputs.dataset_inputs if run.inputs else []:
+        name = inp.dataset.name.rsplit("-", 1)[0]
+        if name in DATASETS:
+            return input_scaling(name)
+    return None
 
 
 def _logged_model(client: Any, run: Any) -> Any:
@@ -251,9 +291,11 @@ def rollback(model: str, *, tracking_uri: str, alias: str = "champion") -> tuple
     previous = hist.pop()
     client.set_registered_model_alias(model, alias, previous)
     client.set_registered_model_tag(model, HISTORY_TAG.format(alias=alias), json.dumps(hist))
-    client.set_model_version_tag(
-        model, previous, "sweeps.decision", f"rolled back to v{previous} from v{current}"
-    )
+    # Its own tag: each version's sweeps.decision (why it was promoted) stays as it was.
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    note = f"{alias} rolled back to v{previous} from v{current} at {when}"
+    client.set_model_version_tag(model, previous, "sweeps.rollback", note)
+    client.set_model_version_tag(model, current, "sweeps.rollback", note)
     return str(current), str(previous)
 
 
@@ -277,40 +319,8 @@ def versions(model: str, *, tracking_uri: str) -> list[dict[str, Any]]:
                 "sweep": mv.tags.get("sweeps.sweep"),
                 "trial": mv.tags.get("sweeps.trial"),
                 "decision": mv.tags.get("sweeps.decision"),
+                "rollback": mv.tags.get("sweeps.rollback"),
+                "input_scaling": mv.tags.get("sweeps.input_scaling"),
             }
         )
     return sorted(out, key=lambda r: int(r["version"]))
-
-
-def predict(ref: str, input_path: str, out_path: str | None, *, tracking_uri: str) -> Any:
-    """Load `MODEL@alias`, `MODEL/version` or `models:/…` through pyfunc and predict a .npy/.csv."""
-    import mlflow
-    import numpy as np
-
-    uri = ref if ref.startswith(("models:/", "runs:/")) else f"models:/{ref}"
-    if input_path.endswith(".npy"):
-        x = np.load(input_path)
-    elif input_path.endswith(".csv"):
-        x = np.loadtxt(input_path, delimiter=",", ndmin=2, dtype=np.float32)
-    else:
-        raise SpecError(f"INPUT: expected a .npy or .csv file, got {input_path}")
-    from tracking.mlflow_tracker import scoped_tracking_uri
-
-    try:
-        with scoped_tracking_uri(tracking_uri):
-            model = mlflow.pyfunc.load_model(uri)
-    except Exception as e:
-        raise NotFoundError(f"cannot load {uri}: {' '.join(str(e).split())[:200]}") from None
-    schema = model.metadata.get_input_schema()
-    if schema is not None and schema.is_tensor_spec():
-        shape = schema.inputs[0].shape
-        if len(shape) > 2 and x.ndim == 2:  # a CSV row per image: restore the image shape
-            x = x.reshape((-1, *shape[1:]))
-        x = x.astype(schema.inputs[0].type)
-    y = np.asarray(model.predict(x))
-    if out_path:
-        if out_path.endswith(".npy"):
-            np.save(out_path, y)
-        else:
-            np.savetxt(out_path, y.reshape(len(y), -1), delimiter=",")
-    return y

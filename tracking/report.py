@@ -15,13 +15,11 @@ from typing import Any
 NOTE_TAG = "mlflow.note.content"
 
 
-def collect(name: str, storage_url: str, tracking_uri: str) -> dict[str, Any]:
-    """Everything the report shows, as plain data."""
+def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
+    """Everything the report shows about an Optuna study and its MLflow runs, as plain data."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.study import load_study
-
-    study = load_study(name, storage_url)
+    name = study.study_name
     attrs = study.user_attrs
     client = MlflowClient(tracking_uri)
     parent_id = attrs.get("sweeps.mlflow_parent_run_id")
@@ -43,7 +41,8 @@ def collect(name: str, storage_url: str, tracking_uri: str) -> dict[str, Any]:
             "gpu_hours": t.user_attrs.get("gpu_hours", 0.0),
             "error": t.user_attrs.get("sweeps.error"),
             "restarts": t.user_attrs.get("sweeps.restarts", 0),
-            "run_id": t.user_attrs.get("mlflow_run_id"),
+            "run_id": t.user_attrs.get("mlflow_run_id")
+            or attrs.get(f"sweeps.run_of_trial.{t.number}"),
         }
         rows.append(row)
         if row["run_id"]:
@@ -102,12 +101,30 @@ def collect(name: str, storage_url: str, tracking_uri: str) -> dict[str, Any]:
         "resources": resources,
         "cost_usd": sum(r["cost_usd"] or 0 for r in rows),
         "gpu_hours": sum(r["gpu_hours"] or 0 for r in rows),
-        "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0,
+        # The drivers' own wall time (set-up included) when they recorded it.
+        "wall_s": float(attrs["sweeps.wall_s"])
+        if isinstance(attrs.get("sweeps.wall_s"), int | float)
+        else (max(ends) - min(starts)).total_seconds()
+        if starts and ends
+        else 0.0,
         "mean_trial_s": statistics.fmean(durations) if durations else 0.0,
         "trial_seconds": sum(durations),
         "notes": notes,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def price_basis(spec_yaml: str) -> str:
+    """Pure: which prices the sweep's costs use, from the spec it ran with."""
+    import yaml
+
+    try:
+        resources = (yaml.safe_load(spec_yaml or "") or {}).get("resources") or {}
+    except (yaml.YAMLError, AttributeError):
+        resources = {}
+    if resources.get("preemptible"):
+        return "spot list prices (resources.preemptible: true), from the machine price table"
+    return "on-demand list prices, from the machine price table"
 
 
 def _f(v: Any, nd: int = 4) -> str:
@@ -149,10 +166,11 @@ def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None =
         f"CPUs, {r.get('gpus_per_worker', '-')} GPUs each, machine type "
         f"{r.get('machine_type', '-')}"
     )
+    out.append(f"- Prices: {price_basis(d['spec'])}")
     out.append(f"- Total cost: ${d['cost_usd']:.4f}; GPU-hours: {d['gpu_hours']:.4f}")
     out += ["", "## Durations", ""]
     out.append(
-        f"- Sweep wall time: {d['wall_s']:.1f} s; trial time summed: "
+        f"- Sweep wall time (command start to end): {d['wall_s']:.1f} s; trial time summed: "
         f"{d['trial_seconds']:.1f} s; mean trial: {d['mean_trial_s']:.2f} s"
     )
     out.append("- Trials: " + ", ".join(f"{k.lower()} {v}" for k, v in sorted(d["counts"].items())))
@@ -214,13 +232,13 @@ def render_html(markdown_text: str, plots: dict[str, dict[str, str]] | None = No
     )
 
 
-def write_report(name: str, storage_url: str, tracking_uri: str, out_dir: str) -> dict[str, str]:
-    from sweeps.study import load_study
+def write_report(study: Any, tracking_uri: str, out_dir: str) -> dict[str, str]:
     from tracking.plots import make_plots
 
-    d = collect(name, storage_url, tracking_uri)
+    d = collect(study, tracking_uri)
+    name = d["name"]
     os.makedirs(out_dir, exist_ok=True)
-    files, plot_notes = make_plots(load_study(name, storage_url), os.path.join(out_dir, "plots"))
+    files, plot_notes = make_plots(study, os.path.join(out_dir, "plots"))
     rel = {k: {f: os.path.relpath(p, out_dir) for f, p in v.items()} for k, v in files.items()}
     md = render_markdown(d, rel)
     if plot_notes:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trainer.errors import DatasetNotFound
+
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 
 _STATS = {
@@ -24,10 +26,6 @@ _STATS = {
 }
 _MNIST_DIRS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
 _CIFAR_DIR = "cifar-10-batches-py"
-
-
-class DatasetNotFound(Exception):  # noqa: N818 - reads better at the raise site
-    """Dataset files are missing; the message says where we looked and what is expected."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +38,11 @@ class DatasetBundle:
     num_classes: int
     input_shape: tuple[int, ...]
     source: str
-    digest: str
+    digest: str  # of the whole split (both parts)
     split_seed: int
     val_fraction: float
+    digest_train: str = ""
+    digest_val: str = ""
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray, str]:
@@ -138,6 +138,31 @@ def _local_root(name: str, data_dir: str | None) -> tuple[str, str]:
     return path, os.path.abspath(path)
 
 
+def input_scaling(name: str) -> dict[str, object]:
+    """Pure: how a built-in dataset's pixels are scaled before the model sees them, and the
+    value range that gives, per channel: what `sweeps predict` expects its input to be."""
+    if name == "digits":
+        return {
+            "dataset": name,
+            "transform": "raw digits pixels (0..16) / 16",
+            "range": [0.0, 1.0],
+            "shape": [1, 8, 8],
+        }
+    if name not in _STATS:
+        raise ValueError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+    means, stds = _STATS[name]
+    ranges = [
+        [round((0 - m) / s, 4), round((1 - m) / s, 4)] for m, s in zip(means, stds, strict=True)
+    ]
+    per_channel = ", ".join(f"({m}, {s})" for m, s in zip(means, stds, strict=True))
+    return {
+        "dataset": name,
+        "transform": f"pixels (0..255) / 255, then (x - mean) / std per channel: {per_channel}",
+        "range": ranges[0] if len(ranges) == 1 else ranges,
+        "shape": [len(means), 32, 32] if name == "cifar10" else [1, 28, 28],
+    }
+
+
 def load_dataset(
     name: str,
     *,
@@ -165,9 +190,10 @@ def load_dataset(
     val_idx, train_idx = perm[:n_val], perm[n_val:]
     xt, yt = torch.from_numpy(x[train_idx]), torch.from_numpy(y[train_idx])
     xv, yv = torch.from_numpy(x[val_idx]), torch.from_numpy(y[val_idx])
-    h = hashlib.sha256()
-    for t in (xt, yt, xv, yv):
+    h, ht, hv = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
+    for t, part in ((xt, ht), (yt, ht), (xv, hv), (yv, hv)):
         h.update(t.numpy().tobytes())
+        part.update(t.numpy().tobytes())
     return DatasetBundle(
         name=name,
         x_train=xt,
@@ -180,6 +206,8 @@ def load_dataset(
         digest=h.hexdigest()[:16],
         split_seed=seed,
         val_fraction=val_fraction,
+        digest_train=ht.hexdigest()[:16],
+        digest_val=hv.hexdigest()[:16],
     )
 
 

@@ -11,8 +11,10 @@ import json
 import os
 from pathlib import Path
 
+from sweeps.errors import one_line
 
-def _client():  # noqa: ANN202 - google's client type is heavy to import at module level
+
+def client():  # noqa: ANN202 - google's client type is heavy to import at module level
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
@@ -37,7 +39,7 @@ def cache_dir(uri: str, cache_root: str | None = None) -> Path:
 
 def sync_prefix(uri: str, cache_root: str | None = None) -> str:
     """Mirror the prefix locally; returns the local folder. Raises DatasetNotFound if empty."""
-    from trainer.data import DatasetNotFound
+    from trainer.errors import DatasetNotFound
 
     bucket_name, prefix = split_uri(uri)
     local = cache_dir(uri, cache_root)
@@ -47,9 +49,9 @@ def sync_prefix(uri: str, cache_root: str | None = None) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader per node; the others wait and reuse
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
         try:
-            blobs = list(_client().list_blobs(bucket_name, prefix=prefix + "/" if prefix else ""))
+            blobs = list(client().list_blobs(bucket_name, prefix=prefix + "/" if prefix else ""))
         except Exception as e:
-            raise DatasetNotFound(f"cannot list {uri}: {' '.join(str(e).split())[:200]}") from None
+            raise DatasetNotFound(f"cannot list {uri}: {one_line(e, 200)}") from None
         if not blobs:
             raise DatasetNotFound(f"no files under {uri}; sweeps never downloads public data")
         for blob in blobs:

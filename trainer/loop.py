@@ -7,7 +7,6 @@ every metric is all-reduced so all ranks agree (and so take the same prune decis
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import tempfile
@@ -48,6 +47,20 @@ def dataset(
     if dkey not in _ON_DEVICE:
         _ON_DEVICE[dkey] = tuple(t.to(device) for t in (b.x_train, b.y_train, b.x_val, b.y_val))
     return b, _ON_DEVICE[dkey]
+
+
+def warm_up(config: dict[str, Any], device: torch.device, log_models: bool = True) -> None:
+    """A lane's first step before its first trial: data on the device, the model's kernels and
+    the allocator warm (one forward/backward pass on a batch), and the MLflow model folder's
+    fixed part written, so the lane's first trial costs what the others do."""
+    bundle, (x_tr, y_tr, x_va, _) = dataset(config, device)
+    name = config.get("model", "mlp")
+    arch = arch_params(name, config)
+    model = build_model(name, bundle.input_shape, bundle.num_classes, **arch).to(device)
+    n = min(len(x_tr), int(config.get("batch_size", 64)))
+    F.cross_entropy(model(x_tr[:n]), y_tr[:n]).backward()
+    if log_models:
+        _package(model, name, arch, bundle, x_va)
 
 
 def shard_indices(n: int, rank: int, world: int, seed: int, epoch: int) -> torch.Tensor:
@@ -200,6 +213,12 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
             **shard_check,
             "val_rank_spread": _spread(val["val_accuracy"], world, device),
         }
+        if rank == 0:  # the trial's log: what `sweeps logs` shows
+            print(
+                f"epoch {epoch + 1}/{epochs}: train_loss={metrics['train_loss']:.4f} "
+                f"val_loss={metrics['val_loss']:.4f} val_accuracy={metrics['val_accuracy']:.4f}",
+                flush=True,
+            )
         with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
             if rank == 0 and runtime.checkpoint_due():
                 _save(tmp, model, opt, sched, epoch + 1)
@@ -207,26 +226,36 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {**metrics, "param_count": param_count(base)}
     if rank == 0:
-        buf = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in base.state_dict().items()}, buf)
-        out["model_blob"] = buf.getvalue()
-        out["model_info"] = {
-            "model": name,
-            "arch": arch,
-            "input_shape": list(bundle.input_shape),
-            "num_classes": bundle.num_classes,
-        }
-        out["input_example"] = x_va[:4].detach().float().cpu().numpy()
         out["dataset"] = {
             "name": bundle.name,
             "source": bundle.source,
-            "digest": bundle.digest,
+            "digest": bundle.digest_val,  # what models are compared on (the registry's gate)
+            "digest_train": bundle.digest_train,
+            "digest_val": bundle.digest_val,
             "rows_train": len(x_tr),
             "rows_val": len(x_va),
             "split_seed": bundle.split_seed,
             "val_fraction": bundle.val_fraction,
         }
+        if ctx.log_model:
+            out["model_package"] = _package(base, name, arch, bundle, x_va)
     return out
+
+
+def _package(model: nn.Module, name: str, arch: dict[str, Any], bundle: Any, x_val: Any) -> bytes:
+    """The trained network as an MLflow pyfunc folder (weights + build config, no pickle)."""
+    from trainer.data import input_scaling
+    from trainer.packaging import package_builtin
+
+    info = {
+        "model": name,
+        "arch": arch,
+        "input_shape": list(bundle.input_shape),
+        "num_classes": bundle.num_classes,
+    }
+    example = x_val[:4].detach().float().cpu().numpy()
+    meta = {"sweeps.dataset": bundle.name, "sweeps.input_scaling": input_scaling(bundle.name)}
+    return package_builtin(model, info, example, meta)
 
 
 def _spread(value: float, world: int, device: torch.device) -> float:

@@ -1,18 +1,20 @@
-"""Driver side of a lane: a thread that holds one Ray Train run (`TorchTrainer.fit()`) open.
+"""A lane: one Ray Train run (`TorchTrainer.fit()`) whose workers pull trials until told to stop.
 
-The lane's workers run `worker.lane_main`, pulling trials from the broker. The thread ends when
-the broker tells the workers to stop, when the lane is recycled, or when Ray Train gives up on
-the worker group; the driver notices through :attr:`Lane.done` / :attr:`Lane.error`.
+The lane's workers run `worker.lane_main`. `fit()` ends when the broker answers `Stop`, when the
+lane is recycled, or when Ray Train gives up on the worker group; whoever launched it sets
+:attr:`Lane.done` and :attr:`Lane.error`, and the lane pool reaps it.
+
+Launchers are small objects with one method, `launch(lane)`: `ThreadLauncher` holds `fit()` open
+in a daemon thread of the driver. Tests use a fake one (no Ray at all).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class LaneShape:
     workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+    placement: str = "pack"
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Lane:
     done: threading.Event = field(default_factory=threading.Event)
     started_at: float = field(default_factory=time.time)
     trials_run: int = 0
+    stopping: bool = False  # told to stop: its fit() is ending, nothing more runs on it
     first_rss_mb: float = 0.0
     last_rss_mb: float = 0.0
 
@@ -41,21 +45,31 @@ def make_lane_id(sweep: str, index: int) -> str:
     return f"{sweep}-lane{index}-{uuid.uuid4().hex[:6]}"
 
 
-def start_lane(
-    lane: Lane,
-    *,
-    broker: Any,
-    train_config: dict[str, Any],
-    storage_path: str,
-    max_restarts: int,
-    keep_checkpoints: int,
-    runtime_env: dict[str, Any] | None = None,
-    local_mode: bool = False,
-) -> None:
-    """Start the lane's `fit()` in a daemon thread (fit blocks until the lane ends)."""
+class LaneLauncher(Protocol):
+    """Starts a lane's worker group; must set `lane.done` (and `lane.error`) when it ends."""
+
+    def launch(self, lane: Lane) -> None: ...
+
+
+@dataclass
+class LaneConfig:
+    """What every lane of a sweep shares: where its code and checkpoints are, restart policy."""
+
+    broker: Any
+    train_config: dict[str, Any]
+    storage_path: str
+    max_restarts: int
+    keep_checkpoints: int
+    runtime_env: dict[str, Any] | None = None
+    local_mode: bool = False
+
+
+def make_trainer(lane: Lane, conf: LaneConfig) -> Any:
+    """The lane's TorchTrainer, not started."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from sweeps.execution.storage import filesystem, scheme
     from sweeps.execution.worker import lane_main
 
     use_gpu = lane.shape.gpus_per_worker > 0
@@ -63,42 +77,49 @@ def start_lane(
     if use_gpu:
         resources["GPU"] = lane.shape.gpus_per_worker
     scaling = ScalingConfig(
-        num_workers=0 if local_mode else lane.shape.workers,
+        num_workers=0 if conf.local_mode else lane.shape.workers,
         use_gpu=use_gpu,
         resources_per_worker=resources,
+        placement_strategy=lane.shape.placement.upper(),
     )
-    storage_fs = None
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if storage_path.startswith("gs://") and emulator:
-        # Ray Train resolves gs:// through pyarrow, which knows nothing of the emulator.
-        from pyarrow.fs import GcsFileSystem
-
-        scheme, _, hostport = emulator.rpartition("://")
-        storage_fs = GcsFileSystem(
-            anonymous=True, endpoint_override=hostport, scheme=scheme or "http"
-        )
-        storage_path = storage_path.removeprefix("gs://")
-    trainer = TorchTrainer(
+    storage_fs, storage_path = filesystem(conf.storage_path)
+    config = {
+        **conf.train_config,
+        "lane_id": lane.lane_id,
+        "broker": conf.broker,
+        "storage_scheme": scheme(conf.storage_path),
+    }
+    return TorchTrainer(
         lane_main,
-        train_loop_config={**train_config, "lane_id": lane.lane_id, "broker": broker},
+        train_loop_config=config,
         scaling_config=scaling,
         run_config=RunConfig(
             name=lane.lane_id,
             storage_path=storage_path,
             storage_filesystem=storage_fs,
-            failure_config=FailureConfig(max_failures=max_restarts),
-            checkpoint_config=CheckpointConfig(num_to_keep=keep_checkpoints),
-            worker_runtime_env=runtime_env or {},
+            failure_config=FailureConfig(max_failures=conf.max_restarts),
+            checkpoint_config=CheckpointConfig(num_to_keep=conf.keep_checkpoints),
+            worker_runtime_env=conf.runtime_env or {},
         ),
     )
 
-    def _run() -> None:
-        try:
-            trainer.fit()
-        except BaseException as e:  # surfaced to the driver, which fails the lane's trial
-            lane.error = e
-        finally:
-            lane.done.set()
 
-    lane.thread = threading.Thread(target=_run, name=lane.lane_id, daemon=True)
-    lane.thread.start()
+class ThreadLauncher:
+    """Holds each lane's `fit()` open in a daemon thread of the driver process."""
+
+    def __init__(self, conf: LaneConfig) -> None:
+        self.conf = conf
+
+    def launch(self, lane: Lane) -> None:
+        trainer = make_trainer(lane, self.conf)
+
+        def _run() -> None:
+            try:
+                trainer.fit()
+            except BaseException as e:  # surfaced to the driver, which fails the lane's trial
+                lane.error = e
+            finally:
+                lane.done.set()
+
+        lane.thread = threading.Thread(target=_run, name=lane.lane_id, daemon=True)
+        lane.thread.start()

@@ -21,6 +21,8 @@ import traceback
 from typing import Any
 
 from sweeps import runtime
+from sweeps.errors import ProtocolError
+from sweeps.protocol import Assignment, Stop, TrialResult
 
 BUILTIN_ENTRYPOINT = "trainer.loop:train"
 
@@ -33,6 +35,11 @@ def resolve(entrypoint: str, code_dir: str | None = None) -> Any:
     """
     module, _, fn = entrypoint.partition(":")
     top = module.split(".")[0]
+    if code_dir:
+        # Relative in a Ray Job: to this worker's cwd, the job's working dir on this node.
+        code_dir = os.path.abspath(code_dir)
+        if code_dir not in sys.path:  # the user's own modules import each other
+            sys.path.insert(0, code_dir)
     if code_dir and (
         os.path.isdir(os.path.join(code_dir, top))
         or os.path.isfile(os.path.join(code_dir, f"{top}.py"))
@@ -75,20 +82,34 @@ def _device() -> Any:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _resume_checkpoint(trial_number: int) -> Any:
-    """The lane's latest Ray Train checkpoint, if it belongs to this trial."""
-    import ray.train
+def _resume_checkpoint(a: Assignment, restarts: int, recorded: str | None) -> Any:
+    """Where this attempt of the trial starts from, or None for epoch 0.
 
-    ckpt = ray.train.get_checkpoint()
-    if ckpt is None:
-        return None
-    with ckpt.as_directory() as d:
-        meta_path = os.path.join(d, runtime.META)
-        if not os.path.exists(meta_path):
+    After a worker-group restart: the checkpoint rank 0 last persisted (the broker recorded its
+    path the moment the upload returned), else Ray Train's latest registered one if it belongs
+    to this trial. For a trial continued by a resumed sweep: the checkpoint its earlier attempt
+    persisted (`Assignment.resume_from`).
+    """
+    from sweeps.execution.storage import checkpoint_at
+
+    if restarts and recorded:
+        return checkpoint_at(recorded)
+    if restarts:
+        import ray.train
+
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is None:
             return None
-        with open(meta_path) as f:
-            meta = json.load(f)
-    return ckpt if meta.get("trial_number") == trial_number else None
+        with ckpt.as_directory() as d:
+            meta_path = os.path.join(d, runtime.META)
+            if not os.path.exists(meta_path):
+                return None
+            with open(meta_path) as f:
+                meta = json.load(f)
+        return ckpt if meta.get("trial_number") == a.trial_number else None
+    if a.resume_from:
+        return checkpoint_at(a.resume_from)
+    return None
 
 
 class _Tee(io.TextIOBase):
@@ -142,98 +163,166 @@ def _cleanup() -> None:
         pass
 
 
-def run_trial(cfg: dict[str, Any], a: dict[str, Any], rank: int, world: int, restarts: int) -> None:
+def run_trial(
+    cfg: dict[str, Any],
+    a: Assignment,
+    rank: int,
+    world: int,
+    restarts: int,
+    recorded: str | None = None,
+) -> TrialResult | None:
+    """Run one trial on this rank. Rank 0 returns its result for the driver; a trial that
+    raised has already been reported as failed and returns None."""
     import ray
 
-    broker, lane_id, seq = cfg["broker"], cfg["lane_id"], a["seq"]
+    broker, lane_id, seq, how = cfg["broker"], cfg["lane_id"], a.seq, a.trainer
     ctx = runtime.TrialContext(
         rank=rank,
         world_size=world,
         local_rank=cfg.get("local_rank", 0),
         device=_device(),
-        data_dir=cfg.get("data_dir"),
-        trial_number=a["trial_number"],
-        seed=a["seed"],
-        params=a["params"],
+        data_dir=how.get("data_dir"),
+        trial_number=a.trial_number,
+        seed=a.seed,
+        params=a.params,
         lane_id=lane_id,
         seq=seq,
         broker=broker,
-        checkpoint_every=cfg.get("checkpoint_every", 1),
-        checkpoint_min_interval_s=cfg.get("checkpoint_min_interval_s", 0.0),
+        checkpoint_every=how.get("checkpoint_every", 1),
+        checkpoint_min_interval_s=how.get("checkpoint_min_interval_s", 0.0),
         restarts=restarts,
-        resume_from=_resume_checkpoint(a["trial_number"]) if restarts else None,
+        log_model=bool(how.get("log_models", True)),
+        resume_from=_resume_checkpoint(a, restarts, recorded),
     )
     buf = io.StringIO()
     ctx.extras["log_buf"] = buf
     ctx.extras["started"] = time.monotonic()
+    ctx.extras["storage_scheme"] = cfg.get("storage_scheme", "")
     runtime._set_context(ctx)
     t0 = time.time()
     try:
-        fn = resolve(cfg.get("entrypoint") or BUILTIN_ENTRYPOINT, cfg.get("code_dir"))
+        conf = dict(a.config)
+        if how.get("program"):  # program mode: ours runs the user's script (sweeps.program)
+            from sweeps import program
+
+            fn, conf[program.SETTINGS_KEY] = program.run_program, how["program"]
+        elif how.get("callable"):  # a function handed to sweeps.run (a notebook's)
+            fn = _function(how)
+        else:
+            fn = resolve(how.get("entrypoint") or BUILTIN_ENTRYPOINT, how.get("code_dir"))
         with (
             contextlib.redirect_stdout(_Tee(sys.stdout, buf)),
             contextlib.redirect_stderr(_Tee(sys.stderr, buf)),
         ):
-            out = fn(dict(a["config"]))
-        result = _result(out, rank)
-        result.update(state="complete", train_seconds=time.time() - t0)
+            out = fn(conf)
+        result = _result(out, rank, how)
+        result.train_seconds = time.time() - t0
     except runtime.TrialPruned as e:
-        result = {"state": "pruned", "reason": str(e), "train_seconds": time.time() - t0}
+        result = TrialResult(state="pruned", reason=str(e), train_seconds=time.time() - t0)
     except Exception as e:  # user code: FAIL the trial, keep the lane
         err = f"{type(e).__name__}: {e}"
-        if rank == 0:
-            sent = ctx.extras.get("log_sent", 0)
-            ray.get(broker.log.remote(lane_id, seq, buf.getvalue()[sent:] + traceback.format_exc()))
+        print(traceback.format_exc(), file=buf, end="")  # the trial's log says where it broke
+        runtime.ship_output(ctx, final=True)
         all_failed = ray.get(broker.fail.remote(lane_id, seq, rank, world, err))
         runtime._set_context(None)
         if not all_failed:
             raise  # other ranks are stuck in a collective: let Ray Train restart the group
-        return
+        return None
     finally:
         runtime._set_context(None)
+        runtime.ship_output(ctx, final=True)
         resume_dir = ctx.extras.get("resume_dir")
         if resume_dir:
             shutil.rmtree(resume_dir, ignore_errors=True)
-    if rank == 0:
-        result["worker_rss_mb"] = _rss_mb()
-        result["hardware"] = _hardware(ctx.device, world)
-        result["log"] = buf.getvalue()[-1_000_000:]
-        result["steps"] = ctx.step
-        ray.get(broker.finish.remote(lane_id, seq, result))
-
-
-def _result(out: Any, rank: int) -> dict[str, Any]:
-    """The trial's return value: final metrics, and the model for MLflow (rank 0 only)."""
-    if out is None:
-        return {"metrics": {}}
-    if not isinstance(out, dict):
-        raise TypeError(f"train() must return a dict or None, not {type(out).__name__}")
-    metrics = {k: float(v) for k, v in out.items() if isinstance(v, int | float)}
-    result: dict[str, Any] = {"metrics": metrics}
-    if rank == 0:
-        for key in ("model_blob", "model_info", "input_example", "dataset"):
-            if key in out:
-                result[key] = out[key]
-        if "model" in out and "model_blob" not in out:
-            result["model_blob"] = _pickle_module(out["model"])
+    if rank != 0:
+        return None
+    result.worker_rss_mb = _rss_mb()
+    result.hardware = _hardware(ctx.device, world)
+    result.steps = ctx.step
     return result
 
 
-def _pickle_module(model: Any) -> bytes | None:
-    import torch
+def _result(out: Any, rank: int, how: dict[str, Any]) -> TrialResult:
+    """The trial's return value: final metrics, and (rank 0) the model packaged for MLflow."""
+    if out is None:
+        return TrialResult(state="complete")
+    if not isinstance(out, dict):
+        raise TypeError(f"train() must return a dict or None, not {type(out).__name__}")
+    metrics = {k: float(v) for k, v in out.items() if isinstance(v, int | float)}
+    result = TrialResult(state="complete", metrics=metrics)
+    if rank != 0:
+        return result
+    result.dataset = out.get("dataset")
+    result.artifacts = out.get("artifacts")
+    if out.get("model_package"):
+        result.model_package, result.model_format = out["model_package"], "pyfunc"
+    elif out.get("model") is not None and how.get("log_models", True):
+        from trainer.errors import ModelNotPackaged
+        from trainer.packaging import package_module
 
-    if not isinstance(model, torch.nn.Module):
+        try:
+            result.model_package, result.model_format = package_module(
+                out["model"], out.get("input_example"), bool(how.get("pickle_models"))
+            )
+        except ModelNotPackaged as e:
+            result.model_error = str(e)
+    return result
+
+
+_FUNCTIONS: dict[str, Any] = {}
+
+
+def _function(how: dict[str, Any]) -> Any:
+    """The function a notebook handed to sweeps.run, unpickled once per worker."""
+    key = how["callable_digest"]
+    if key not in _FUNCTIONS:
+        import cloudpickle
+
+        _FUNCTIONS.clear()
+        _FUNCTIONS[key] = cloudpickle.loads(how["callable"])
+    return _FUNCTIONS[key]
+
+
+def _warm_up(how: dict[str, Any]) -> None:
+    """Before the lane's first trial: import the training code and, for the built-in trainer,
+    load the dataset onto the device and run one step, so the first trial costs what later
+    ones do. A failure here is left for the first trial to report."""
+    try:
+        if how.get("entrypoint"):
+            resolve(how["entrypoint"], how.get("code_dir"))
+        elif how.get("config"):
+            from trainer.loop import warm_up
+
+            warm_up(how["config"], _device(), log_models=bool(how.get("log_models")))
+    except Exception:  # the trial that hits it again says what is wrong, in its own record
+        pass
+
+
+def _next(cfg: dict[str, Any], seq: int, done: TrialResult | None, rank: int) -> Assignment | None:
+    """The lane's next assignment (None: stop). Rank 0 hands in the finished trial's result in
+    the same round trip, and only rank 0 asks (see Broker.next_trial)."""
+    import ray
+
+    broker, lane_id = cfg["broker"], cfg["lane_id"]
+    if done is not None:
+        answer = ray.get(broker.finish_and_next.remote(lane_id, seq - 1, done))
+    else:
+        answer = ray.get(broker.next_trial.remote(lane_id, seq, rank == 0))
+    if isinstance(answer, Stop):
         return None
-    model = getattr(model, "module", model)  # unwrap DDP
-    buf = io.BytesIO()
-    torch.save(model.to("cpu"), buf)
-    return buf.getvalue()
+    if not isinstance(answer, Assignment):
+        raise ProtocolError(f"lane {lane_id} got {answer!r:.200} for its next trial")
+    return answer
 
 
 def lane_main(cfg: dict[str, Any]) -> None:
     """Ray Train train_fn of a lane."""
     import ray
     import ray.train
+
+    from sweeps.quietlogs import quiet_ray
+
+    quiet_ray()  # a cluster started by `ray start` (compose, a team's) logs Ray Train's INFO
 
     tc = ray.train.get_context()
     rank, world = tc.get_world_rank(), tc.get_world_size()
@@ -242,14 +331,17 @@ def lane_main(cfg: dict[str, Any]) -> None:
     state = ray.get(broker.attach.remote(lane_id, rank, world))
     # Nobody moves on until every rank has attached: keeps generations apart after a restart.
     _barrier(world)
+    if state["current"] is None:
+        _warm_up(cfg.get("warmup") or {})
     seq = state["seq"]
+    done: TrialResult | None = None
     if state["current"] is not None:
-        run_trial(cfg, state["current"], rank, world, state["restarts"])
+        done = run_trial(cfg, state["current"], rank, world, state["restarts"], state["checkpoint"])
         _cleanup()
     while True:
         seq += 1
-        a = ray.get(broker.next_trial.remote(lane_id, seq))
-        if a.get("stop"):
+        a = _next(cfg, seq, done, rank)
+        if a is None:
             return
-        run_trial(cfg, a, rank, world, 0)
+        done = run_trial(cfg, a, rank, world, 0)
         _cleanup()

@@ -103,3 +103,71 @@ def nodes(config):
     print("nodes:", ",".join(ids))
     sweeps.report({"val_accuracy": 1.0, "distinct_nodes": float(len(set(ids)))})
     return {"val_accuracy": 1.0, "distinct_nodes": float(len(set(ids)))}
+
+
+def long_resumable(config):
+    """Many short epochs, a checkpoint each; resumes from the latest one it is given."""
+    ctx = sweeps.context()
+    start = 0
+    resume = sweeps.get_checkpoint()
+    if resume:
+        with open(os.path.join(resume, "epoch.txt")) as f:
+            start = int(f.read())
+    for e in range(start, int(config["epochs"])):
+        time.sleep(float(config.get("epoch_s", 0.0)))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch.txt"), "w") as f:
+                f.write(str(e + 1))
+            sweeps.report(
+                {"val_accuracy": min(1.0, 0.001 * (e + 1)), "started_at": float(start)},
+                checkpoint_dir=d if ctx.rank == 0 else None,
+            )
+    return {"val_accuracy": min(1.0, 0.001 * int(config["epochs"])), "started_at": float(start)}
+
+
+def worker_pid(config):
+    """Reports the worker's process id: tells which worker processes a trial ran on."""
+    pid = float(os.getpid())
+    sweeps.report({"val_accuracy": config["lr"], "worker_pid": pid})
+    return {"val_accuracy": config["lr"], "worker_pid": pid}
+
+
+def nodes_long(config):
+    """Epochs with a checkpoint each, reporting how many Ray nodes this epoch's workers are on:
+    for the lost-node test (the trial goes on, on fewer nodes, from its last checkpoint)."""
+    import ray
+    import torch.distributed as dist
+
+    ctx = sweeps.context()
+    start = 0
+    resume = sweeps.get_checkpoint()
+    if resume:
+        with open(os.path.join(resume, "epoch.txt")) as f:
+            start = int(f.read())
+    me = ray.get_runtime_context().get_node_id()
+    ids = [me] * ctx.world_size
+    if ctx.world_size > 1:
+        dist.all_gather_object(ids, me)
+    for e in range(start, int(config["epochs"])):
+        time.sleep(float(config.get("epoch_s", 0.5)))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch.txt"), "w") as f:
+                f.write(str(e + 1))
+            metrics = {
+                "val_accuracy": 0.01 * (e + 1),
+                "nodes": float(len(set(ids))),
+                "resumed_from": float(start),
+            }
+            sweeps.report(metrics, checkpoint_dir=d if ctx.rank == 0 else None)
+    return {"val_accuracy": 0.01 * int(config["epochs"]), "resumed_from": float(start)}
+
+
+def chatty(config):
+    """Prints a line per epoch on every rank, as users' code does (issue 17: logs)."""
+    ctx = sweeps.context()
+    acc = 0.0
+    for e in range(int(config["epochs"])):
+        acc = 0.5 + 0.1 * e * config["lr"]
+        print(f"epoch {e} on rank {ctx.rank}: acc {acc:.4f}", flush=True)
+        sweeps.report({"val_accuracy": acc})
+    return {"val_accuracy": acc}

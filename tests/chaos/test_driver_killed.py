@@ -41,8 +41,8 @@ def test_resume_after_driver_sigkill(home, tmp_path):
             except Exception:
                 trials = []
             done = [t for t in trials if t["state"] == "COMPLETE"]
-            running = [t for t in trials if t["state"] == "RUNNING"]
-            if done and running:
+            running = [t for t in trials if t["state"] == "RUNNING" and t["mlflow_run_id"]]
+            if done and running:  # a trial mid-training, its MLflow run open
                 break
             time.sleep(0.3)
         else:

@@ -73,4 +73,9 @@ def train(config: dict) -> dict:
                 {"val_accuracy": acc, "train_loss": loss.item()},
                 checkpoint_dir=d if ctx.rank == 0 else None,
             )
-    return {"val_accuracy": acc, "model": getattr(model, "module", model)}
+    # The model goes to MLflow (torch.export, traced on this example input: no pickle).
+    return {
+        "val_accuracy": acc,
+        "model": getattr(model, "module", model),
+        "input_example": x_va[:4].numpy(),
+    }

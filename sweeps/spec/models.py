@@ -6,102 +6,21 @@ so a typo is caught once, here, with the field path in the message.
 
 from __future__ import annotations
 
-import math
 import re
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from sweeps.errors import SpecError
+from sweeps.spec.command import DEFAULT_COMMAND, check_command
+from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, Param, _Model
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "nsga2", "qmc")
 PRUNERS = ("median", "percentile", "successive_halving", "hyperband", "patient", "none")
 MODELS = ("mlp", "cnn", "resnet")
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-# Values past this are typos (1e400 epochs), not intentions; bounding them keeps a bad spec from
-# turning into an hour-long allocation.
-HUGE = 1e12
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-Scalar = str | int | float | bool
-
-
-class _ParamBase(_Model):
-    # `when: {optimizer: sgd}` makes the parameter exist only when another one has that value
-    # (or one of a list of values): a conditional search space.
-    when: dict[str, Scalar | list[Scalar]] | None = None
-
-
-class FloatParam(_ParamBase):
-    type: Literal["float"]
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> FloatParam:
-        for v in (self.low, self.high):
-            if not math.isfinite(v) or abs(v) > HUGE:
-                raise ValueError(f"bounds must be finite numbers below {HUGE:g}")
-        if self.low >= self.high:
-            raise ValueError(f"low ({self.low}) must be < high ({self.high})")
-        if self.log and self.low <= 0:
-            raise ValueError("log scale needs low > 0")
-        if self.step is not None and (self.step <= 0 or self.log):
-            raise ValueError("step must be > 0 and cannot be combined with log")
-        return self
-
-
-class IntParam(_ParamBase):
-    type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-    step: int = 1
-
-    @model_validator(mode="after")
-    def _check(self) -> IntParam:
-        if abs(self.low) > HUGE or abs(self.high) > HUGE:
-            raise ValueError(f"bounds must be below {HUGE:g}")
-        if self.low >= self.high:
-            raise ValueError(f"low ({self.low}) must be < high ({self.high})")
-        if self.log and self.low <= 0:
-            raise ValueError("log scale needs low > 0")
-        if self.step <= 0 or (self.log and self.step != 1):
-            raise ValueError("step must be > 0 (and 1 with log)")
-        return self
-
-
-class CategoricalParam(_ParamBase):
-    type: Literal["categorical"]
-    choices: list[Scalar | None]
-
-    @field_validator("choices")
-    @classmethod
-    def _non_empty(cls, v: list[Any]) -> list[Any]:
-        if not v:
-            raise ValueError("choices must not be empty")
-        if len({repr(c) for c in v}) != len(v):
-            raise ValueError("choices must be distinct")
-        return v
-
-
-Param = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
 
 
 class Objective(_Model):
@@ -151,8 +70,13 @@ class Resources(_Model):
     # Fractions (0.25) let several lanes share one GPU.
     gpus_per_worker: float = Field(0.0, ge=0, le=64)
     machine_type: str = "local"
+    # Priced at the table's spot price (conf/machines.yaml); the machine type must have one.
+    preemptible: bool = False
     # Restarts of a trial's worker group after a lost worker before the trial is marked FAIL.
     max_failures: int = Field(2, ge=0, le=100)
+    # pack: a trial's workers on as few nodes as fit; spread: on as many (one lost node then
+    # costs fewer workers, and the group restarts on the others).
+    placement: Literal["pack", "spread"] = "pack"
 
     @field_validator("gpus_per_worker")
     @classmethod
@@ -160,6 +84,49 @@ class Resources(_Model):
         if v > 1 and v != int(v):
             raise ValueError("a worker takes a fraction of one GPU or a whole number of GPUs")
         return v
+
+
+class MetricsSpec(_Model):
+    """Where program mode reads a script's metrics (see `sweeps.collectors`)."""
+
+    collector: Literal["stdout", "file", "hypertune", "tensorboard"] = "stdout"
+    # stdout: groups (name, value) per match, Katib's style, or one group: the objective's value.
+    regex: str | None = None
+    # file: a JSON object or JSON-lines file, relative to the trial dir (default metrics.json).
+    path: str | None = None
+    # Keep only these metrics (the objective is always kept).
+    names: list[str] | None = Field(None, min_length=1)
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            rx = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a regular expression: {e}") from None
+        if rx.groups == 0:
+            raise ValueError("needs a capture group: (name)(value), or (value) of the objective")
+        bad = set(rx.groupindex) - {"name", "value", "step"}
+        if bad:
+            raise ValueError(f"named groups may be name, value, step; not {sorted(bad)}")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("/") or ".." in v.split("/") or not v.strip()):
+            raise ValueError("a path inside the trial dir (SWEEPS_TRIAL_DIR), e.g. metrics.json")
+        return v
+
+    @model_validator(mode="after")
+    def _fits_collector(self) -> MetricsSpec:
+        if self.regex is not None and self.collector != "stdout":
+            raise ValueError("regex: only with collector stdout")
+        if self.path is not None and self.collector != "file":
+            raise ValueError("path: only with collector file")
+        return self
 
 
 class TrainerSpec(_Model):
@@ -178,6 +145,19 @@ class TrainerSpec(_Model):
     # Folder shipped to workers (Ray runtime env working_dir) so the entrypoint imports there.
     code_dir: str | None = None
     compile: bool = False
+    # Program mode: run any script on every worker; params become its arguments (W&B macros).
+    program: str | None = None
+    command: list[str] | None = Field(None, min_length=1)
+    metrics: MetricsSpec | None = None
+    # A pruned script's process group gets SIGTERM, then SIGKILL after this long.
+    stop_grace_s: float = Field(10.0, ge=0, le=3600)
+
+    @property
+    def command_line(self) -> list[str] | None:
+        """The program-mode command (W&B's default when only `program` is given), else None."""
+        if self.command:
+            return list(self.command)
+        return list(DEFAULT_COMMAND) if self.program else None
 
     @field_validator("entrypoint")
     @classmethod
@@ -212,6 +192,9 @@ class Tracking(_Model):
     uri: str | None = None
     experiment: str | None = None
     log_models: bool = True
+    # A user's nn.Module that torch.export cannot trace is kept by pickle only if this says so
+    # (loading a pickled model runs its code); the model then carries the format it was saved in.
+    pickle_models: bool = False
     system_metrics: bool = False
 
     @field_validator("uri")
@@ -290,10 +273,27 @@ class Spec(_Model):
                         )
         if (
             self.trainer.entrypoint is None
+            and self.trainer.command_line is None
             and self.trainer.dataset != "digits"
             and not (self.trainer.data_dir)
         ):
             raise ValueError(f"trainer.data_dir: required for dataset '{self.trainer.dataset}'")
+        return self
+
+    @model_validator(mode="after")
+    def _program_mode(self) -> Spec:
+        t = self.trainer
+        command = t.command_line
+        if command is None:
+            if t.metrics is not None:
+                raise ValueError("trainer.metrics: only with trainer.command or trainer.program")
+            return self
+        if t.entrypoint is not None:
+            raise ValueError("trainer.command: runs a program; drop trainer.entrypoint")
+        try:
+            check_command(command, t.program)
+        except SpecError as e:
+            raise ValueError(str(e)) from None
         return self
 
     def objective_list(self) -> list[Objective]:
@@ -305,99 +305,3 @@ class Spec(_Model):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
-
-
-def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
-    keys = path.split(".")
-    node: Any = raw
-    for k in keys[:-1]:
-        if not isinstance(node, dict):
-            raise SpecError(f"--set {path}: '{k}' is not a mapping")
-        node = node.setdefault(k, {})
-        if node is None:
-            node = {}
-    if not isinstance(node, dict):
-        raise SpecError(f"--set {path}: parent is not a mapping")
-    node[keys[-1]] = value
-
-
-def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
-    """`key.path=value` strings to (path, YAML-parsed value) pairs."""
-    out = []
-    for item in items:
-        if "=" not in item:
-            raise SpecError(f"--set {item}: expected key.path=value")
-        key, _, text = item.partition("=")
-        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key.strip()):
-            raise SpecError(f"--set {item}: bad key path '{key}'")
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            value = text
-        out.append((key.strip(), value))
-    return out
-
-
-def format_validation_error(err: ValidationError) -> str:
-    """One line: `field.path: problem` for each error, joined by '; '."""
-    parts = []
-    for e in err.errors()[:5]:
-        loc = ".".join(
-            str(x)
-            for x in e["loc"]
-            if not (isinstance(x, str) and x in ("float", "int", "categorical"))
-        )
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "literal_error":
-            msg = f"unknown value {e.get('input')!r}; {msg.lower()}"
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    more = len(err.errors()) - 5
-    line = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-    return " ".join(line.split())
-
-
-def spec_from_dict(raw: Any, overrides: list[str] | None = None) -> Spec:
-    if not isinstance(raw, dict):
-        raise SpecError("spec: the top level must be a mapping of fields")
-    raw = dict(raw)
-    for path, value in parse_overrides(overrides or []):
-        _set_path(raw, path, value)
-    try:
-        return Spec.model_validate(raw)
-    except ValidationError as err:
-        raise SpecError(f"invalid spec: {format_validation_error(err)}") from None
-    except (TypeError, ValueError, RecursionError) as err:
-        raise SpecError(f"invalid spec: {' '.join(str(err).split())}") from None
-
-
-def load_spec(
-    path: str | Path, overrides: list[str] | None = None, name: str | None = None
-) -> Spec:
-    """Read, override and validate a spec file; every problem is a one-line :class:`SpecError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"spec file not found: {p}")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "syntax error"
-        raise SpecError(f"{p}: YAML error{where}: {problem}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"{p}: cannot read: {err}") from None
-    if raw is None:
-        raise SpecError(f"{p}: the spec is empty")
-    if name is not None and isinstance(raw, dict):
-        raw = {**raw, "name": name}
-    spec = spec_from_dict(raw, overrides)
-    code_dir = spec.trainer.code_dir
-    if code_dir and not Path(code_dir).is_absolute():
-        # A spec ships next to its code: resolve code_dir from the spec file, not the shell.
-        resolved = str((p.parent / code_dir).resolve())
-        spec = spec.model_copy(
-            update={"trainer": spec.trainer.model_copy(update={"code_dir": resolved})}
-        )
-    return spec

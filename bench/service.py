@@ -1,0 +1,115 @@
+"""The sweep service, measured side by side in one run: `sweeps up`, then the same sweep submitted
+twice under two names; the first starts its lanes cold, the second runs on the first's warm
+lanes. Reports submit latency (the whole `sweeps submit` process), each sweep's first trial
+start after its submit, and each sweep's wall time (submit to finished).
+
+    .venv/bin/python bench/service.py [--trials 6] [--epochs 5] [--out bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SWEEPS = [sys.executable, "-m", "sweeps.cli"]
+
+
+def _cli(env: dict[str, str], *args: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run([*SWEEPS, *args], env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"sweeps {' '.join(args)}: {r.stderr[-2000:]}")
+    return time.perf_counter() - t0, r.stdout
+
+
+def _sweep(env: dict[str, str], home: str, name: str, trials: int, epochs: int) -> dict:
+    import optuna
+
+    submitted = time.time()
+    latency, out = _cli(
+        env,
+        "submit",
+        str(ROOT / "conf/quickstart.yaml"),
+        "--name",
+        name,
+        "--json",
+        "--trials",
+        str(trials),
+        "--parallel",
+        "1",
+        "--set",
+        f"trainer.epochs={epochs}",
+        "--set",
+        "pruner.name=none",
+    )
+    storage = f"sqlite:///{home}/optuna.db"
+    first = None
+    while True:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials_ = study.get_trials(deepcopy=False)
+        if first is None and trials_ and trials_[0].datetime_start:
+            first = trials_[0].datetime_start.timestamp() - submitted
+        state = study.user_attrs.get("sweeps.state")
+        if state not in (None, "queued", "running"):
+            break
+        time.sleep(0.2)
+    done = max(t.datetime_complete.timestamp() for t in trials_ if t.datetime_complete)
+    return {
+        "submit_s": latency,
+        "first_trial_s": first,
+        "wall_s": done - submitted,
+        "state": state,
+        "lanes": sorted({t.user_attrs.get("sweeps.lane") for t in trials_}),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    home = tempfile.mkdtemp(prefix="sweeps-svc-bench-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SWEEPS_", "MLFLOW_"))}
+    env["SWEEPS_HOME"] = home
+    up_s, _ = _cli(env, "up", "--json")
+    try:
+        cold = _sweep(env, home, "cold", args.trials, args.epochs)
+        warm = _sweep(env, home, "warm", args.trials, args.epochs)
+    finally:
+        _cli(env, "down")
+    same = warm["lanes"] == cold["lanes"]
+    lines = [
+        f"### service ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, quickstart digits MLP, "
+        f"{args.trials} trials x {args.epochs} epochs, 1 lane)",
+        "",
+        "| measure | cold sweep | warm sweep | target |",
+        "|---|---|---|---|",
+        f"| `sweeps submit` process (submit latency) | {cold['submit_s']:.2f} s | "
+        f"{warm['submit_s']:.2f} s | <= 5 s |",
+        f"| first trial started, after submit | {cold['first_trial_s']:.2f} s | "
+        f"**{warm['first_trial_s']:.2f} s** | warm <= 3 s |",
+        f"| sweep wall, submit to last trial's end | {cold['wall_s']:.1f} s | "
+        f"{warm['wall_s']:.1f} s | |",
+        f"| ratio warm / cold wall | | **{warm['wall_s'] / cold['wall_s']:.2f}** | <= 0.5 |",
+        "",
+        f"`sweeps up` took {up_s:.1f} s. The warm sweep ran on the cold one's lane: {same} "
+        f"({', '.join(warm['lanes'])}).",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        from bench.results import write_section
+
+        write_section(args.out, "service", text)
+
+
+if __name__ == "__main__":
+    main()

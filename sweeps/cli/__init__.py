@@ -1,0 +1,40 @@
+"""`sweeps` command line: parses, prints, maps errors to exit codes. The work is in sweeps.api.
+
+Exit codes: 0 ok, 1 failure at run time, 2 bad input, 130 interrupted. Each module registers
+its commands on the one app; heavy libraries load inside the commands, never at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from sweeps.cli._app import app, err, quiet
+from sweeps.errors import SweepsError, one_line
+
+# Each module registers its commands on `app`; this order is the order of `sweeps --help`.
+for _module in ("run", "service", "browse", "registry", "ops"):
+    importlib.import_module(f"sweeps.cli.{_module}")
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    quiet("-v" in sys.argv[1:2] or "--verbose" in sys.argv[1:2])
+    try:
+        app()
+    except SweepsError as e:  # pragma: no cover - the group handles these
+        err.print(f"error: {e}")
+        sys.exit(e.exit_code)
+    except Exception as e:
+        # A bug of ours or a service failing in an unexpected way: one line, exit 1; the
+        # traceback is there for whoever asks for it.
+        if os.environ.get("SWEEPS_DEBUG"):
+            raise
+        err.print(
+            f"error: {type(e).__name__}: {one_line(e, 500)} (SWEEPS_DEBUG=1 shows the traceback)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(1)

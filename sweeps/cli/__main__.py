@@ -1,0 +1,3 @@
+from sweeps.cli import main
+
+main()

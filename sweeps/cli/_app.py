@@ -1,0 +1,65 @@
+"""The Typer app, its consoles, and the one place where errors become exit codes.
+
+Commands raise :class:`sweeps.errors.SweepsError` (or let KeyboardInterrupt through); the group
+below prints one line and exits 2 for bad input, 1 for failures at run time, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from sweeps.errors import SweepsError, one_line
+from sweeps.quietlogs import quiet
+
+out = Console()
+err = Console(stderr=True)
+
+
+def print_error(e: BaseException) -> None:
+    from rich.markup import escape
+
+    msg = one_line(e, 2000) or type(e).__name__
+    # Escaped: a message quoting `pip install 'sweeps[aiplatform]'` is text, not markup.
+    err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+class _Group(TyperGroup):
+    """Every command runs inside this handler: the commands themselves never catch errors."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SweepsError as e:
+            print_error(e)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Hyperparameter sweeps for PyTorch: Optuna drives, Ray Train runs, MLflow remembers.",
+    pretty_exceptions_enable=False,
+)
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@app.callback()
+def _options(
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show our libraries' output."),
+) -> None:
+    quiet(verbose)

@@ -1,0 +1,264 @@
+"""Commands that read the learning log: ls, show, stop, logs, report, note, compare, ui."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sweeps.cli._app import app, fmt, out
+
+STORAGE = typer.Option(None, "--storage", help="Optuna storage URL (default: embedded).")
+
+
+@app.command("ls")
+def ls_(
+    storage: str | None = STORAGE,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List sweeps: state, trials by state, best value, cost, wall time (command start to end,
+    set-up included) and the trials' own time."""
+    from sweeps import api
+
+    rows = api.ls(storage)
+    if as_json:
+        print(api.dumps(rows))
+        return
+    table = Table(
+        "sweep",
+        "state",
+        "complete",
+        "pruned",
+        "failed",
+        "running",
+        "best",
+        "cost $",
+        "wall s",
+        "trial s",
+    )
+    for r in rows:
+        t = r["trials"]
+        table.add_row(
+            r["name"],
+            r["state"],
+            *(str(t.get(k, 0)) for k in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+            fmt(r["best"]),
+            fmt(r["cost_usd"]),
+            fmt(r["wall_s"]),
+            fmt(r["trial_s"]),
+        )
+    out.print(table)
+
+
+@app.command()
+def show(
+    name: str = typer.Argument(...),
+    storage: str | None = STORAGE,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One sweep: every trial with its state, value, params and MLflow run."""
+    from sweeps import api
+
+    doc = api.show(name, storage)
+    if as_json:
+        print(api.dumps(doc))
+        return
+    table = Table(
+        "#",
+        "state",
+        doc["objective"] or "value",
+        "params",
+        "s",
+        "mlflow run",
+        title=f"{name} ({doc['state']})",
+    )
+    for t in doc["trials"]:
+        table.add_row(
+            str(t["number"]),
+            t["state"],
+            fmt(t["value"]),
+            json.dumps(t["params"])[:60],
+            fmt(t["duration_s"]),
+            (t["mlflow_run_id"] or "-")[:12],
+        )
+    out.print(table)
+    if doc["best"]:
+        out.print(f"best: #{doc['best']['number']} = {fmt(doc['best']['value'])}", highlight=False)
+
+
+@app.command()
+def stop(name: str = typer.Argument(...), storage: str | None = STORAGE) -> None:
+    """Ask a running sweep (from any terminal or machine) to stop launching trials."""
+    from sweeps import api
+
+    state = api.stop(name, storage)
+    if state in ("running", "queued"):
+        out.print(f"stop requested for {name}: running trials finish, no new ones start")
+    elif state == "finished":
+        out.print(f"{name} already finished: nothing to stop", highlight=False)
+    else:
+        out.print(f"{name} is not running (it is {state}): nothing to stop", highlight=False)
+
+
+@app.command()
+def report(
+    name: str = typer.Argument(...),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Folder (default .sweeps/reports/NAME)."
+    ),
+    storage: str | None = STORAGE,
+) -> None:
+    """Write the learning log: Markdown + HTML with the plots embedded."""
+    from sweeps import api
+
+    files = api.report(name, str(out_dir) if out_dir else None, storage)
+    out.print(f"report: {files['markdown']}\n        {files['html']}", highlight=False)
+
+
+@app.command()
+def note(
+    name: str = typer.Argument(...),
+    text: str = typer.Argument(..., help="What went wrong and how it was solved."),
+    trial: int | None = typer.Option(None, help="Attach to this trial's run (default: the sweep)."),
+    storage: str | None = STORAGE,
+) -> None:
+    """Record a problem/solution note (an MLflow run note; it appears in the report)."""
+    from sweeps import api
+
+    run_id = api.note(name, text, trial, storage)
+    out.print(f"noted on run {run_id}")
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(...),
+    b: str = typer.Argument(...),
+    storage: str | None = STORAGE,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Two sweeps side by side: best value, params, cost, wall time, trials by state."""
+    from sweeps import api
+
+    doc = api.compare(a, b, storage)
+    if as_json:
+        print(api.dumps(doc))
+        return
+    table = Table("", a, b)
+    da, db = doc[a], doc[b]
+    table.add_row("objective", fmt(da["objective"]), fmt(db["objective"]))
+    table.add_row("best", fmt(da["best"]), fmt(db["best"]))
+    table.add_row("cost $", fmt(da["cost_usd"]), fmt(db["cost_usd"]))
+    table.add_row("wall s", fmt(da["wall_s"]), fmt(db["wall_s"]))
+    table.add_row("trial s", fmt(da["trial_s"]), fmt(db["trial_s"]))
+    for state in sorted(set(da["trials"]) | set(db["trials"])):
+        table.add_row(
+            state.lower(), str(da["trials"].get(state, 0)), str(db["trials"].get(state, 0))
+        )
+    for k in sorted(set(da["best_params"]) | set(db["best_params"])):
+        table.add_row(f"best {k}", fmt(da["best_params"].get(k)), fmt(db["best_params"].get(k)))
+    out.print(table)
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(...),
+    trial: int | None = typer.Option(None, help="Trial number (default: the latest)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing while it runs."),
+    driver: bool = typer.Option(False, "--driver", help="The driver's job log (submitted)."),
+    storage: str | None = STORAGE,
+    address: str | None = typer.Option(None, "--address", help="Jobs API, http://HOST:8265."),
+) -> None:
+    """Print a trial's output (every rank's stdout/stderr), or with --driver the driver's."""
+    import time
+
+    from sweeps import api
+    from sweeps.errors import NotFoundError
+
+    if driver:
+        for chunk in api.driver_logs(name, follow, storage, address):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        return
+    while True:  # -f before the first trial: wait for one
+        try:
+            number, text = api.logs(name, trial, storage)
+            break
+        except NotFoundError as e:
+            if not follow or "no trials yet" not in str(e):
+                raise
+            time.sleep(1.0)
+    sys.stdout.write(text)
+    shown = len(text)
+    while follow:
+        time.sleep(1.0)
+        doc = api.show(name, storage)
+        state = next((t["state"] for t in doc["trials"] if t["number"] == number), "")
+        _, text = api.logs(name, number, storage)
+        sys.stdout.write(text[shown:])
+        sys.stdout.flush()
+        shown = len(text)
+        if state != "RUNNING":
+            break
+
+
+@app.command()
+def ui(
+    port: int = typer.Option(5000, help="MLflow UI port."),
+    dashboard_port: int = typer.Option(8080, help="optuna-dashboard port."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback unless you say so)."),
+    storage: str | None = STORAGE,
+) -> None:
+    """Start the MLflow UI and optuna-dashboard on the embedded stores; Ctrl-C stops both.
+    Their URLs are printed once they answer."""
+    import os
+    import subprocess
+
+    from sweeps import paths
+    from sweeps.service import wait_http
+
+    uri = paths.tracking_uri()
+    url = paths.storage_url(storage)
+    bindir = Path(sys.executable).parent
+    verbose = os.environ.get("SWEEPS_VERBOSE") == "1"
+    log = paths.home() / "logs" / "ui.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sink = None if verbose else open(log, "ab")  # their INFO lines and warnings: a file
+    procs, waits = [], []
+    if uri.startswith(("sqlite", "postgresql", "file:", "/")):
+        cmd = [str(bindir / "mlflow"), "ui", "--backend-store-uri", uri, "--workers", "1"]
+        procs.append(
+            subprocess.Popen([*cmd, "--host", host, "--port", str(port)], stdout=sink, stderr=sink)
+        )
+        waits.append(("MLflow UI", f"http://{host}:{port}", "/health", _runs_view(uri)))
+    else:
+        out.print(f"MLflow UI:        {uri} (a tracking server)")
+    dash = [str(bindir / "optuna-dashboard"), url, "--host", host, "--port", str(dashboard_port)]
+    procs.append(subprocess.Popen(dash, stdout=sink, stderr=sink))
+    waits.append(("optuna-dashboard", f"http://{host}:{dashboard_port}", "/", ""))
+    try:
+        for label, base, probe, view in waits:
+            if not wait_http(base + probe, timeout=180):
+                raise typer.Exit(1)
+            out.print(f"{label + ':':<18}{base}/{view}", highlight=False)
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        raise typer.Exit(130) from None
+
+
+def _runs_view(uri: str) -> str:
+    """The runs table of the most recently used sweep experiment (MLflow's UI route)."""
+    try:
+        from mlflow.tracking import MlflowClient
+
+        exps = MlflowClient(uri).search_experiments(
+            max_results=1, order_by=["last_update_time DESC"]
+        )
+        return f"#/experiments/{exps[0].experiment_id}/runs" if exps else "#/experiments"
+    except Exception:
+        return ""

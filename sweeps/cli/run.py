@@ -1,0 +1,370 @@
+"""Commands that run sweeps: run, resume, validate, import-aiplatform, import-wandb."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sweeps.cli._app import app, err, fmt, out
+from sweeps.errors import SpecError, one_line
+
+AIP = "Legacy AI Platform jobs (gcloud's flags)"
+WB = "W&B sweep configs"
+NOTED = "Accepted as gcloud's; noted, not used."
+IGNORED = {
+    "--job-dir": "each trial writes to its own folder, AIP_MODEL_DIR, passed as --job-dir",
+    "--region": "trials run on this Ray cluster",
+    "--runtime-version": "trials run with this Python environment",
+    "--python-version": "trials run with this Python environment",
+}
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    spec: Path | None = typer.Argument(None, help="YAML spec (see conf/)."),
+    name: str | None = typer.Option(None, help="Sweep name (default: the spec's)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
+    trials: int | None = typer.Option(None, help="budget.trials"),
+    parallel: int | None = typer.Option(None, help="budget.parallel (lanes)"),
+    enqueue: Path | None = typer.Option(
+        None, help="JSON file: a list of param dicts to try first."
+    ),
+    join: bool = typer.Option(
+        False, help="Join a running sweep of this name (same as re-running)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    aiplatform: str | None = typer.Option(
+        None,
+        "--aiplatform",
+        help="Run a legacy AI Platform job unchanged: its config file, or with --config the "
+        "JOB name of a gcloud command line.",
+        rich_help_panel=AIP,
+    ),
+    package_path: Path | None = typer.Option(
+        None, help="The package folder (trainer/) or its parent.", rich_help_panel=AIP
+    ),
+    module_name: str | None = typer.Option(
+        None, help="The module to run (default trainer.task).", rich_help_panel=AIP
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="gcloud's job config (trainingInput).", rich_help_panel=AIP
+    ),
+    job_dir: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
+    scale_tier: str | None = typer.Option(None, help="Overrides scaleTier.", rich_help_panel=AIP),
+    master_machine_type: str | None = typer.Option(
+        None, help="Overrides masterType.", rich_help_panel=AIP
+    ),
+    region: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
+    runtime_version: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
+    python_version: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
+    wandb: Path | None = typer.Option(
+        None, "--wandb", help="Run a W&B sweep config unchanged.", rich_help_panel=WB
+    ),
+    code_dir: Path | None = typer.Option(
+        None, help="With --wandb: the program's folder (default: the config's).", rich_help_panel=WB
+    ),
+    profile: bool = typer.Option(False, "--profile", help="Print where the time went."),
+) -> None:
+    """Run a sweep (or continue / join the sweep of that name).
+
+    With --aiplatform, a gcloud command line runs with its leading words changed:
+    `gcloud ai-platform jobs submit training JOB ...` becomes `sweeps run --aiplatform JOB ...`.
+    Arguments after `--` go to the user's module unchanged.
+    """
+    from sweeps import api
+    from sweeps.spec import spec_from_dict
+
+    overrides = list(set_)
+    if trials is not None:
+        overrides.append(f"budget.trials={trials}")
+    if parallel is not None:
+        overrides.append(f"budget.parallel={parallel}")
+    if aiplatform is not None:
+        # After `--` everything is the module's; Click hands the first word to SPEC.
+        user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
+        job, cfg = (aiplatform, config) if config is not None else (None, Path(aiplatform))
+        if not cfg.is_file():
+            hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
+            raise SpecError(f"AI Platform config not found: {cfg}{hint}")
+        gcloud = {"scale_tier": scale_tier, "master_machine_type": master_machine_type}
+        ignored = {
+            "--job-dir": job_dir,
+            "--region": region,
+            "--runtime-version": runtime_version,
+            "--python-version": python_version,
+        }
+        _check_hypertune()
+        raw, notes = _aiplatform_raw(cfg, job, package_path, module_name, name, user_args, gcloud)
+        for flag, value in ignored.items():
+            if value is not None:
+                notes.append(f"{flag} {value}: noted, not used ({IGNORED[flag]})")
+        for n in notes:
+            err.print(f"note: {n}", highlight=False, markup=False)
+        s = spec_from_dict(raw, overrides)
+    elif ctx.args:
+        raise SpecError(f"unknown arguments: {' '.join(ctx.args)}")
+    elif wandb is not None:
+        if spec is not None:
+            raise SpecError("--wandb: takes the place of SPEC; give one or the other")
+        raw, notes = _wandb_raw(wandb, code_dir, name)
+        for n in notes:
+            err.print(f"note: {n}", highlight=False, markup=False)
+        s = spec_from_dict(raw, overrides)
+    elif spec is None:
+        raise SpecError("SPEC: a spec file is required (or --aiplatform CONFIG)")
+    elif config is not None:
+        raise SpecError("--config: only with --aiplatform (gcloud's job config)")
+    else:
+        s = _load(spec, overrides, name)
+    api.validate_spec(s)
+    queued = _read_enqueue(enqueue) if enqueue else None
+    progress = None if as_json else _progress(s)
+    try:
+        outcome = api.run(
+            s, callbacks=[progress] if progress else None, enqueue=queued, from_process_start=True
+        )
+    except BaseException:
+        if progress:
+            progress.close(discard=progress.counts == {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0})
+        raise
+    if progress:
+        progress.close()
+    _finish(outcome, as_json, profile=profile)
+
+
+def _load(path: Path, overrides: list[str], name: str | None) -> Any:
+    """Load a spec with --set overrides; a sampler switched by --set loses the options it does
+    not take, with one note per option on stderr."""
+    from sweeps.samplers import adapt_sampler_options
+    from sweeps.spec import load_spec
+
+    s, notes = adapt_sampler_options(load_spec(path, overrides, name=name), overrides)
+    for note in notes:
+        err.print(note, highlight=False, soft_wrap=True)
+    return s
+
+
+def _finish(outcome: Any, as_json: bool, whole: bool = False, profile: bool = False) -> None:
+    """Print the outcome of a run/resume and exit with its code."""
+    from sweeps import api, timeline
+
+    doc = api.show(outcome.name, outcome.storage_url)
+    for e in outcome.errors[:3]:
+        err.print(f"[yellow]warning:[/] tracking write failed: {e}", highlight=False)
+    if as_json:
+        keys = doc if whole else ("name", "best", "trials", "mlflow_experiment_id", "parent_run_id")
+        extra = {"state": outcome.state, "stop_reason": outcome.reason}
+        print(api.dumps({k: doc[k] for k in keys} | extra))
+    else:
+        print_summary(doc, outcome)
+    if profile:
+        timeline.mark("process.exit")
+        _print_profile(timeline.current().to_json())
+    code = {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
+    if code:
+        raise typer.Exit(code)
+
+
+def _check_hypertune() -> None:
+    """Legacy modules report through cloudml-hypertune: say which extra installs it, up front."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("hypertune") is None:
+        msg = "cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]'"
+        if os.environ.get("RAY_ADDRESS"):
+            err.print(f"note: {msg} (needed on the cluster's workers)", markup=False)
+        else:
+            raise SpecError(f"--aiplatform: {msg}")
+
+
+def _aiplatform_raw(
+    config: Path,
+    job: str | None,
+    package_path: Path | None,
+    module_name: str | None,
+    name: str | None,
+    user_args: list[str],
+    gcloud: dict[str, str | None],
+) -> tuple[dict[str, Any], list[str]]:
+    """The native spec (raw dict) of a legacy job, as `run --aiplatform` and
+    `import-aiplatform` both read it."""
+    from sweeps.aiplatform import (
+        apply_gcloud_flags,
+        load_config,
+        package_root,
+        sweep_name,
+        to_spec,
+    )
+
+    module = module_name or "trainer.task"
+    data = apply_gcloud_flags(load_config(config), **gcloud)
+    root = package_root(package_path, module, config)
+    return to_spec(
+        data,
+        name=name or sweep_name(data, root, module, job),
+        package_path=str(root),
+        module_name=module,
+        user_args=user_args,
+    )
+
+
+def _print_profile(events: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    from sweeps.timeline import breakdown
+
+    table = Table("phase", "from s", "took s", title="where the time went")
+    for label, start, took in breakdown(events):
+        table.add_row(label, f"{start:.2f}", "-" if took != took else f"{took:.2f}")
+    err.print(table)
+
+
+@app.command("import-aiplatform")
+def import_aiplatform(
+    config: Path = typer.Argument(..., help="AI Platform job config (trainingInput)."),
+    package_path: Path | None = typer.Option(
+        None, help="The package folder (trainer/) or its parent (default: next to CONFIG)."
+    ),
+    module_name: str = typer.Option("trainer.task", help="The module to run."),
+    name: str | None = typer.Option(None, help="Sweep name (default: the job's or project's)."),
+    scale_tier: str | None = typer.Option(None, help="Overrides scaleTier."),
+    master_machine_type: str | None = typer.Option(None, help="Overrides masterType."),
+) -> None:
+    """Print the native spec equivalent to a legacy AI Platform job config."""
+    import yaml
+
+    from sweeps.spec import spec_from_dict
+
+    gcloud = {"scale_tier": scale_tier, "master_machine_type": master_machine_type}
+    raw, notes = _aiplatform_raw(config, None, package_path, module_name, name, [], gcloud)
+    spec_from_dict(raw)  # what it prints validates
+    for n in notes:
+        err.print(f"note: {n}", highlight=False, markup=False)
+    # Only what the job says: the defaults (model, dataset, ...) are not the job's.
+    print(yaml.safe_dump(raw, sort_keys=False), end="")
+
+
+def _wandb_raw(
+    config: Path, code_dir: Path | None, name: str | None
+) -> tuple[dict[str, Any], list[str]]:
+    from sweeps.wandb import load_config, to_spec
+
+    folder = code_dir if code_dir is not None else config.parent
+    if not folder.is_dir():
+        raise SpecError(f"--code-dir: folder not found: {folder}")
+    return to_spec(
+        load_config(config),
+        name=name,
+        fallback_name=config.stem,
+        code_dir=str(folder.resolve()),
+    )
+
+
+@app.command("import-wandb")
+def import_wandb(
+    config: Path = typer.Argument(..., help="W&B sweep config (YAML)."),
+    code_dir: Path | None = typer.Option(
+        None, help="The program's folder (default: the config's)."
+    ),
+    name: str | None = typer.Option(None, help="Sweep name (default: the config's, or its file)."),
+) -> None:
+    """Print the native spec equivalent to a W&B sweep config."""
+    import yaml
+
+    from sweeps.spec import spec_from_dict
+
+    raw, notes = _wandb_raw(config, code_dir, name)
+    spec_from_dict(raw)  # what it prints validates
+    for n in notes:
+        err.print(f"note: {n}", highlight=False, markup=False)
+    print(yaml.safe_dump(raw, sort_keys=False), end="")
+
+
+def _read_enqueue(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"--enqueue {path}: {one_line(e, 2000)}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise SpecError(f"--enqueue {path}: expected a JSON object or a list of objects")
+    return data
+
+
+def _progress(spec: Any) -> Any:
+    from sweeps.progress import RichProgress
+
+    return RichProgress(spec, err)
+
+
+def print_summary(doc: dict[str, Any], outcome: Any) -> None:
+    c = doc["counts"]
+    counts = ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())) or "no trials"
+    out.print(
+        f"[bold]{doc['name']}[/]: {outcome.state} ({outcome.reason}); {counts}",
+        highlight=False,
+    )
+    if doc["best"]:
+        b = doc["best"]
+        out.print(
+            f"best trial #{b['number']}: {doc['objective']} = {fmt(b['value'])}  "
+            f"params {json.dumps(b['params'])}",
+            highlight=False,
+        )
+    out.print(
+        f"MLflow: experiment {doc['mlflow_experiment_id']}, parent run {doc['parent_run_id']}"
+        f"  (sweeps ui)",
+        highlight=False,
+    )
+
+
+@app.command()
+def validate(
+    spec: Path = typer.Argument(...),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
+    as_json: bool = typer.Option(False, "--json", help="Print the spec's facts as JSON."),
+) -> None:
+    """Check a spec without running anything; say what a trial and the budget cost."""
+    from sweeps import api
+    from tracking.costs import cost_line, spec_cost_facts
+
+    s = _load(spec, list(set_), None)
+    api.validate_spec(s)
+    facts = spec_cost_facts(s)
+    if as_json:
+        doc = {
+            "name": s.name,
+            "parameters": len(s.search_space),
+            "trials": s.budget.trials,
+            "parallel": s.budget.parallel,
+            "sampler": s.sampler.name,
+            "pruner": s.pruner.name,
+            **facts,
+        }
+        print(json.dumps(doc, indent=2))
+        return
+    out.print(
+        f"ok: {s.name} — {len(s.search_space)} parameters, {s.budget.trials} trials, "
+        f"{s.budget.parallel} parallel, sampler {s.sampler.name}, pruner {s.pruner.name}",
+        highlight=False,
+    )
+    out.print(cost_line(facts), highlight=False, soft_wrap=True)
+
+
+@app.command()
+def resume(
+    name: str = typer.Argument(...),
+    storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Finish a sweep whose driver died: stale RUNNING trials are re-queued, budget completed."""
+    from sweeps import api
+
+    outcome = api.resume(name, storage)
+    _finish(outcome, as_json, whole=True)

@@ -1,0 +1,149 @@
+"""The lane pool: which lanes a sweep runs, of which shapes, and when one is replaced.
+
+It starts lanes through a launcher, reaps the ones that ended (counting deaths, so a node that
+cannot start workers at all does not spin forever), decides when a lane is recycled, and holds
+trials sampled for a worker-group shape no running lane has (resources searched) until a lane of
+that shape asks. It never talks to Optuna or MLflow: the driver does, with what this returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sweeps import timeline
+from sweeps.errors import one_line
+from sweeps.execution.lane import Lane, LaneLauncher, LaneShape, make_lane_id
+
+log = logging.getLogger("sweeps.lanes")
+
+# A lane whose worker group Ray Train cannot keep alive is replaced this many times in a row
+# before the sweep gives up.
+MAX_LANE_DEATHS = 5
+
+
+@dataclass(frozen=True)
+class RecyclePolicy:
+    """When a lane's worker group is replaced by a fresh one: after `after_trials` trials
+    (0: never; 1 is `execution.mode: isolated`), or once a worker's memory grew by
+    `rss_growth` over its first trial (0: never), bounding slow leaks in user code."""
+
+    after_trials: int = 0
+    rss_growth: float = 0.0
+
+    def reason(self, lane: Lane) -> str | None:
+        if self.after_trials and lane.trials_run >= self.after_trials:
+            return f"recycled after {lane.trials_run} trials"
+        grew = lane.first_rss_mb and lane.last_rss_mb > lane.first_rss_mb * (1 + self.rss_growth)
+        if self.rss_growth and grew:
+            return (
+                f"recycled: worker memory {lane.last_rss_mb:.0f} MB "
+                f"(first trial {lane.first_rss_mb:.0f} MB)"
+            )
+        return None
+
+
+class LanePool:
+    def __init__(
+        self,
+        launcher: LaneLauncher,
+        sweep: str,
+        default_shape: LaneShape,
+        recycle: RecyclePolicy | None = None,
+        max_deaths: int = MAX_LANE_DEATHS,
+    ) -> None:
+        self.launcher = launcher
+        self.sweep = sweep
+        self.default_shape = default_shape
+        self.recycle = recycle or RecyclePolicy()
+        self.max_deaths = max_deaths
+        self.lanes: dict[str, Lane] = {}
+        self.deaths = 0
+        self.index = 0
+        self.pending: dict[LaneShape, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def active(self) -> int:
+        """Lanes that may still run trials (not told to stop)."""
+        return sum(not lane.stopping for lane in self.lanes.values())
+
+    def get(self, lane_id: str) -> Lane | None:
+        return self.lanes.get(lane_id)
+
+    def start(self, shape: LaneShape | None = None) -> Lane:
+        lane = Lane(make_lane_id(self.sweep, self.index), shape or self.default_shape)
+        self.index += 1
+        self.lanes[lane.lane_id] = lane
+        timeline.mark("lane.launch", lane=lane.lane_id)
+        self.launcher.launch(lane)
+        return lane
+
+    def adopt(self, lane_id: str) -> Lane:
+        """A warm lane of this sweep's shape and code, left idle by an earlier sweep."""
+        lane = Lane(lane_id, self.default_shape, trials_run=1)
+        self.lanes[lane_id] = lane
+        timeline.mark("lane.adopted", lane=lane_id)
+        self.launcher.watch(lane)  # type: ignore[attr-defined]
+        return lane
+
+    def reap(self) -> list[Lane]:
+        """Lanes whose worker group died since the last call. A lane told to stop is dropped
+        when it ends, whatever its teardown says: it was replaced already if it had to be."""
+        died = []
+        for lane in [lane for lane in self.lanes.values() if lane.done.is_set()]:
+            del self.lanes[lane.lane_id]
+            if lane.stopping:
+                continue
+            if lane.error is not None:
+                self.deaths += 1
+                log.warning("lane %s failed: %s", lane.lane_id, one_line(lane.error))
+            died.append(lane)
+        return died
+
+    def mark_stopping(self, lane_id: str) -> bool:
+        """The lane was told to stop; True the first time (its replacement is then due)."""
+        lane = self.lanes.get(lane_id)
+        if lane is None or lane.stopping:
+            return False
+        lane.stopping = True
+        return True
+
+    def replace(self, parallel: int, launching: bool, cancelling: bool, may_launch: Any) -> None:
+        """After a lane stopped or died: a lane for trials parked for another shape, else a
+        fresh one while the sweep still launches and the budget allows (`may_launch()`)."""
+        waiting = self.waiting_shape()
+        if waiting is not None and not cancelling:
+            self.start(waiting)
+        elif launching and self.active() < parallel and may_launch():
+            self.start()
+
+    def too_many_deaths(self) -> bool:
+        return self.deaths >= self.max_deaths
+
+    def recycle_reason(self, lane: Lane) -> str | None:
+        return self.recycle.reason(lane)
+
+    def record_rss(self, lane_id: str, rss_mb: float) -> None:
+        lane = self.lanes.get(lane_id)
+        if lane is not None and rss_mb:
+            lane.first_rss_mb = lane.first_rss_mb or rss_mb
+            lane.last_rss_mb = rss_mb
+
+    # ----- trials waiting for a lane of their shape ------------------------------------------
+    def park(self, shape: LaneShape, rec: Any) -> None:
+        self.pending.setdefault(shape, []).append(rec)
+
+    def take_parked(self, shape: LaneShape) -> Any | None:
+        waiting = self.pending.get(shape)
+        return waiting.pop(0) if waiting else None
+
+    def waiting_shape(self) -> LaneShape | None:
+        return next((shape for shape, recs in self.pending.items() if recs), None)
+
+    def drop_parked(self) -> list[Any]:
+        out = [rec for recs in self.pending.values() for rec in recs]
+        self.pending.clear()
+        return out

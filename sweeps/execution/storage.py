@@ -1,0 +1,42 @@
+"""Where lanes persist checkpoints: a local folder or gs://bucket/prefix, as Ray Train sees it.
+
+Ray Train resolves storage through pyarrow, which knows nothing of the GCS emulator that tests
+and on-premises setups use; both the lane's RunConfig and a resumed trial's checkpoint go
+through here so a `gs://` URI means the same bucket everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """(pyarrow filesystem or None, path within it) for a storage URI."""
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if uri.startswith("gs://") and emulator:
+        from pyarrow.fs import GcsFileSystem
+
+        scheme, _, hostport = emulator.rpartition("://")
+        fs = GcsFileSystem(anonymous=True, endpoint_override=hostport, scheme=scheme or "http")
+        return fs, uri.removeprefix("gs://")
+    return None, uri
+
+
+def scheme(root: str) -> str:
+    """The prefix that turns a path in the storage filesystem back into a URI."""
+    return "gs://" if root.startswith("gs://") else ""
+
+
+def checkpoint_at(uri: str) -> Any:
+    """A ray.train.Checkpoint for a persisted checkpoint URI (recorded by an earlier attempt)."""
+    import ray.train
+
+    fs, path = filesystem(uri)
+    if fs is None and uri.startswith("gs://"):
+        from pyarrow.fs import FileSystem
+
+        fs, path = FileSystem.from_uri(uri)
+    if fs is None:
+        return ray.train.Checkpoint(path)
+    return ray.train.Checkpoint(path, filesystem=fs)

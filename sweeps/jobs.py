@@ -1,0 +1,304 @@
+"""Sweeps as Ray Jobs: `submit` hands a sweep's driver to a cluster's Jobs API and returns; the
+driver runs there under a small supervisor that restarts it, resuming the sweep, if it dies
+(up to SWEEPS_DRIVER_RESTARTS times); `driver_logs` and `cancel` act on the job.
+
+The job's working dir carries the validated spec, the user's code (`trainer.code_dir`) and, in
+a file only the job reads and then deletes, the store settings and credentials: they never
+appear in the job's metadata, in `ray job list` or in the dashboard.
+
+    python -m sweeps.jobs SPEC            the job's entrypoint (the supervisor)
+    python -m sweeps.jobs --drive SPEC    one driver run (what the supervisor starts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from sweeps import paths, service
+from sweeps.errors import NotFoundError
+from sweeps.spec import Spec
+
+ENV_FILE = ".sweeps-env.json"
+SPEC_FILE = ".sweeps-spec.yaml"
+# What a driver needs from the submitting side: where the stores are, and their credentials.
+PASS_ENV = (
+    "SWEEPS_STORAGE",
+    "OPTUNA_STORAGE",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_REGISTRY_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "SWEEPS_CHECKPOINTS",
+    "SWEEPS_ARTIFACTS",
+    "SWEEPS_MACHINES",
+    "SWEEPS_DATA_CACHE",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "SWEEPS_LANE_IDLE_S",
+    "SWEEPS_DRIVER_RESTARTS",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
+    "SWEEPS_VERBOSE",  # `sweeps -v submit`: the driver shows our libraries' output too
+)
+
+
+def _job_env(local: bool, spec: Spec) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASS_ENV if os.environ.get(k)}
+    if local:  # same machine: the driver uses exactly the stores this shell would
+        env.update(
+            SWEEPS_HOME=str(paths.home()),
+            SWEEPS_STORAGE=paths.storage_url(spec.storage),
+            MLFLOW_TRACKING_URI=paths.tracking_uri(spec.tracking.uri),
+            SWEEPS_CHECKPOINTS=paths.checkpoint_root(),
+            SWEEPS_ARTIFACTS=paths.artifact_root(),
+        )
+    return env
+
+
+def _working_dir(spec: Spec, env: dict[str, str]) -> str:
+    """A folder with the spec, the user's code and the env file (owner-only)."""
+    work = tempfile.mkdtemp(prefix=f"sweeps-job-{spec.name}-")
+    trainer = spec.trainer
+    if trainer.code_dir:
+        shutil.copytree(
+            trainer.code_dir,
+            os.path.join(work, "code"),
+            ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"),
+        )
+        trainer = trainer.model_copy(update={"code_dir": "code"})
+    with open(os.path.join(work, SPEC_FILE), "w") as f:
+        f.write(spec.model_copy(update={"trainer": trainer}).to_yaml())
+    fd = os.open(os.path.join(work, ENV_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(env, f)
+    return work
+
+
+def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
+    """Submit the sweep's driver as a Ray Job; returns {name, job_id, address} at once."""
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    url, auth = service.resolve(address)
+    env = _job_env(local, spec)
+    work = _working_dir(spec, env)
+    runtime_env: dict[str, Any] = {"working_dir": work}
+    if not local:  # a cluster that may not have sweeps installed: ours travel with the job
+        from sweeps.cluster import our_packages
+
+        runtime_env["py_modules"] = our_packages()
+    job_id = f"sweeps-{spec.name}-{uuid.uuid4().hex[:6]}"
+    undo = _record_submission(spec, env, job_id, url)  # before: the driver may start at once
+    try:
+        with service.jobs_client(url, auth) as client:
+            _submit_job(
+                client,
+                entrypoint=f"python -m sweeps.jobs {SPEC_FILE}",
+                submission_id=job_id,
+                runtime_env=runtime_env,
+                metadata={"sweeps.name": spec.name},
+            )
+    except BaseException:
+        undo()
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # uploaded: the credentials leave this disk
+    return {"name": spec.name, "job_id": job_id, "address": url}
+
+
+# Ray's answer while the head's job agent is still starting (seconds after `ray start`/`sweeps up`).
+AGENT_STARTING = "No available agent to submit job"
+
+
+def _submit_job(client: Any, wait_s: float = 60.0, **job: Any) -> None:
+    """submit_job, retried while the head's job agent starts: `sweeps up && sweeps submit`
+    must not fail because the dashboard answered before its agent did."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.submit_job(**job)
+            return
+        except RuntimeError as e:
+            if AGENT_STARTING not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -> Any:
+    """Mark the sweep `queued` in its study, when this side can reach the same store; returns
+    what puts the study back as it was (the submission failed)."""
+    storage = env.get("SWEEPS_STORAGE") or env.get("OPTUNA_STORAGE") or spec.storage
+    if not storage:
+        return lambda: None  # the cluster's own store: `show` works there, not from here
+    import optuna
+
+    from sweeps.study import open_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created" is ours to say
+    study = open_study(spec, storage)
+    keys = ("sweeps.state", "sweeps.job_id", "sweeps.submitted", "sweeps.job_address")
+    before = {k: study.user_attrs.get(k) for k in keys}
+    created = not study.trials and not any(before.values())
+    study.set_user_attr("sweeps.submitted", time.time())
+    study.set_user_attr("sweeps.job_id", job_id)
+    study.set_user_attr("sweeps.job_address", url)
+    if before["sweeps.state"] != "running":
+        study.set_user_attr("sweeps.state", "queued")
+
+    def undo() -> None:
+        if created:  # a submission that failed leaves no `queued` sweep behind
+            optuna.delete_study(study_name=spec.name, storage=storage)
+            return
+        for k, v in before.items():
+            study.set_user_attr(k, v)
+
+    return undo
+
+
+def _job_of(name: str, storage_url: str | None, address: str | None) -> tuple[str, str, Any]:
+    """(job id, Jobs API URL, study) of a submitted sweep."""
+    from sweeps.study import load_study
+
+    study = load_study(name, paths.storage_url(storage_url))
+    job_id = study.user_attrs.get("sweeps.job_id")
+    if not job_id:
+        raise NotFoundError(f"sweep '{name}' was not submitted as a job (run with `sweeps run`)")
+    return job_id, address or study.user_attrs.get("sweeps.job_address") or "", study
+
+
+def driver_logs(
+    name: str, follow: bool, storage_url: str | None = None, address: str | None = None
+) -> Iterator[str]:
+    """The driver's job log, whole, then (follow) as it grows until the job ends."""
+    job_id, addr, _ = _job_of(name, storage_url, address)
+    url, auth = service.resolve(addr or None)
+    with service.jobs_client(url, auth) as client:
+        if not follow:
+            yield client.get_job_logs(job_id)
+            return
+        import asyncio
+
+        # tail_job_logs is an async generator that ends with the job; relay it chunk by chunk.
+        loop = asyncio.new_event_loop()
+        gen = client.tail_job_logs(job_id)
+        try:
+            while True:
+                try:
+                    yield loop.run_until_complete(gen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            loop.close()
+
+
+def cancel(
+    name: str, storage_url: str | None = None, address: str | None = None, grace_s: float = 30
+) -> str:
+    """End the sweep now: its driver cancels running trials (FAIL, runs KILLED), then the job
+    is stopped; whatever a dead driver left RUNNING is closed here. Returns the final state."""
+    from sweeps import liveness
+    from sweeps import study as st
+    from sweeps.queries import describe
+
+    url = paths.storage_url(storage_url)
+    job_id = address_used = None
+    with contextlib.suppress(NotFoundError):
+        job_id, address_used, _ = _job_of(name, storage_url, address)
+    study = st.load_study(name, url)
+    study.set_user_attr("sweeps.cancel_requested", time.time())
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and liveness.live_drivers(study):
+        time.sleep(0.5)
+    if job_id and service.job_status(job_id, address_used or None) in ("PENDING", "RUNNING"):
+        with service.jobs_client(*service.resolve(address_used or None)) as client:
+            client.stop_job(job_id)
+    _close_leftovers(study, url)
+    if describe(study)["state"] in ("running", "interrupted", "queued"):
+        study.set_user_attr("sweeps.state", "cancelled")
+        study.set_user_attr("sweeps.stop_reason", "cancelled (sweeps cancel)")
+    return describe(study)["state"]
+
+
+def _close_leftovers(study: Any, storage_url: str) -> None:
+    """Trials left RUNNING by a driver that did not get to end them: FAIL (not re-queued: the
+    sweep is cancelled), their MLflow runs KILLED."""
+    import optuna
+
+    from sweeps import study as st
+
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    runs = []
+    for t in running:
+        if st.fail_trial(study, st.trial_id(t), "cancelled (sweeps cancel)"):
+            runs.append(st.run_id_of(study.user_attrs, t))
+    runs = [r for r in runs if r]
+    if runs:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(paths.tracking_uri())
+        for run_id in runs:
+            client.set_tag(run_id, "sweeps.state", "KILLED")
+            client.set_terminated(run_id, status="KILLED")
+
+
+# ----- the job side -----------------------------------------------------------------------------
+def _load_env() -> None:
+    """Take the store settings and credentials out of the working dir, into this process."""
+    if os.path.exists(ENV_FILE):
+        with open(ENV_FILE) as f:
+            os.environ.update(json.load(f))
+        os.remove(ENV_FILE)
+
+
+def _drive(spec_path: str) -> int:
+    from sweeps.quietlogs import quiet
+    from sweeps.runner import run_sweep
+    from sweeps.spec import load_spec
+
+    quiet()  # the driver's log (`sweeps logs --driver`) shows the sweep, as a terminal would
+    spec = load_spec(spec_path)
+    outcome = run_sweep(spec, from_process_start=True)
+    print(f"{outcome.name}: {outcome.state} ({outcome.reason}); {outcome.summary.counts}")
+    return {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
+
+
+def _supervise(spec_path: str) -> int:
+    """Run the driver; if it dies by a signal (OOM killer, a SIGKILL), start another, which
+    takes over its trials and continues them from their checkpoints."""
+    restarts = int(os.environ.get("SWEEPS_DRIVER_RESTARTS", "2"))
+    for attempt in range(restarts + 1):
+        child = subprocess.Popen([sys.executable, "-m", "sweeps.jobs", "--drive", spec_path])
+
+        def forward(signum: int, _frame: Any, child: Any = child) -> None:
+            child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        rc = child.wait()
+        if rc >= 0:
+            return rc
+        print(f"driver died ({signal.Signals(-rc).name}); restart {attempt + 1} of {restarts}")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    os.environ["SWEEPS_JOB"] = "1"  # the driver's code came with the job (sweeps.cluster)
+    _load_env()
+    if args and args[0] == "--drive":
+        return _drive(args[1])
+    return _supervise(args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Reading sweeps back: `show`, `ls`, `compare` and `logs`, as plain JSON-ready data.
+
+A sweep's state is the same here in every command: `running` only while a live driver beats,
+else what its last driver recorded (finished, stopped, failed, cancelled, interrupted), and
+`interrupted` when the driver died without saying (trials left RUNNING, or a stored `running`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sweeps import paths
+from sweeps.errors import NotFoundError
+from sweeps.study import run_id_of
+
+
+def sweep_state(attrs: dict[str, Any], running_trials: bool, live: bool) -> str:
+    """Pure: the state a sweep is in, from its study's attrs and whether a driver beats."""
+    if live:
+        return "running"
+    stored = attrs.get("sweeps.state")
+    if stored == "running" or running_trials:
+        return "interrupted"  # its driver died without recording how the sweep ended
+    if stored:
+        return str(stored)
+    if attrs.get("sweeps.submitted"):
+        return "queued"
+    return "finished"  # recorded before states were stored
+
+
+def _trial_dict(t: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
+    dur = None
+    if t.datetime_start and t.datetime_complete:
+        dur = (t.datetime_complete - t.datetime_start).total_seconds()
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "value": t.value if t.values and len(t.values) == 1 else None,
+        "values": t.values,
+        "params": t.params,
+        "mlflow_run_id": run_id_of(study_attrs, t),
+        "duration_s": t.user_attrs.get("duration_s", dur),
+        "cost_usd": t.user_attrs.get("cost_usd"),
+        "error": t.user_attrs.get("sweeps.error"),
+        "restarts": t.user_attrs.get("sweeps.restarts", 0),
+        "resumed_from_trial": t.user_attrs.get("sweeps.resumed_from_trial"),
+    }
+
+
+def _counts(trials: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    return counts
+
+
+def _best(study: Any, trials: list[Any]) -> dict[str, Any] | None:
+    if len(study.directions) != 1 or not any(t.state.name == "COMPLETE" for t in trials):
+        return None
+    b = study.best_trial
+    return {
+        "number": b.number,
+        "value": b.value,
+        "params": b.params,
+        "mlflow_run_id": run_id_of(study.user_attrs, b),
+    }
+
+
+def _wall(study: Any, trials: list[Any]) -> float:
+    """Seconds the sweep's drivers ran (set-up included); first trial start to last end for
+    sweeps recorded before drivers kept their wall time."""
+    stored = study.user_attrs.get("sweeps.wall_s")
+    if isinstance(stored, int | float):
+        return float(stored)
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+
+
+def describe(study: Any) -> dict[str, Any]:
+    """One study as the `show --json` document."""
+    from sweeps.liveness import live_drivers
+
+    trials = study.get_trials(deepcopy=False)
+    attrs = study.user_attrs
+    running = any(t.state.name == "RUNNING" for t in trials)
+    trial_s = sum(float(t.user_attrs.get("duration_s") or 0.0) for t in trials)
+    state = sweep_state(attrs, running, bool(live_drivers(study)))
+    if state == "queued" and attrs.get("sweeps.job_id"):
+        state = _queued_job_state(attrs)
+    return {
+        "name": study.study_name,
+        "state": state,
+        "stop_reason": attrs.get("sweeps.stop_reason"),
+        "objective": attrs.get("sweeps.objective"),
+        "direction": study.directions[0].name.lower(),
+        "best": _best(study, trials),
+        "counts": _counts(trials),
+        "cost_usd": round(sum(t.user_attrs.get("cost_usd", 0.0) for t in trials), 6),
+        "wall_s": round(_wall(study, trials), 1),
+        "trial_s": round(trial_s, 1),
+        "trials": [_trial_dict(t, attrs) for t in trials],
+        "mlflow_experiment_id": attrs.get("sweeps.mlflow_experiment_id"),
+        "parent_run_id": attrs.get("sweeps.mlflow_parent_run_id"),
+        "job_id": attrs.get("sweeps.job_id"),
+    }
+
+
+def _queued_job_state(attrs: dict[str, Any]) -> str:
+    """A submitted sweep whose driver has not started: still queued, or did its job end?"""
+    from sweeps.service import job_status
+
+    status = job_status(attrs["sweeps.job_id"], attrs.get("sweeps.job_address") or None)
+    return {"FAILED": "failed", "STOPPED": "cancelled", "SUCCEEDED": "finished"}.get(
+        status or "", "queued"
+    )
+
+
+def show(name: str, storage_url: str | None = None) -> dict[str, Any]:
+    """One sweep as a JSON-ready document (the `sweeps show --json` schema)."""
+    from sweeps.study import load_study
+
+    return describe(load_study(name, paths.storage_url(storage_url)))
+
+
+def ls(storage_url: str | None = None) -> list[dict[str, Any]]:
+    """Every sweep in the storage with state, trials by state, best value, cost and wall time."""
+    import optuna
+
+    from sweeps.study import open_storage
+
+    url = paths.storage_url(storage_url)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return []  # reading must not create the database (it would race a starting driver)
+    storage = open_storage(url)
+    out = []
+    for s in storage.get_all_studies():
+        doc = describe(optuna.load_study(study_name=s.study_name, storage=storage))
+        keep = ("name", "state", "cost_usd", "wall_s", "trial_s")
+        row = {k: doc[k] for k in keep}
+        row["trials"] = doc["counts"]
+        row["best"] = doc["best"]["value"] if doc["best"] else None
+        out.append(row)
+    return out
+
+
+def compare(a: str, b: str, storage_url: str | None = None) -> dict[str, Any]:
+    """Two sweeps side by side: best value and params, cost, wall time, trials by state."""
+    out = {}
+    for name in (a, b):
+        doc = show(name, storage_url)
+        out[name] = {
+            "best": doc["best"]["value"] if doc["best"] else None,
+            "best_params": doc["best"]["params"] if doc["best"] else {},
+            "cost_usd": doc["cost_usd"],
+            "wall_s": doc["wall_s"],
+            "trial_s": doc["trial_s"],
+            "trials": doc["counts"],
+            "objective": doc["objective"],
+        }
+    return out
+
+
+def logs(
+    name: str,
+    trial: int | None = None,
+    storage_url: str | None = None,
+    tracking_uri: str | None = None,
+) -> tuple[int, str]:
+    """A trial's captured worker output (the last trial if none is named)."""
+    from sweeps.study import load_study
+    from sweeps.trial_logs import live_log_path
+
+    study = load_study(name, paths.storage_url(storage_url))
+    trials = study.get_trials(deepcopy=False)
+    if not trials:
+        raise NotFoundError(f"sweep '{name}' has no trials yet")
+    tr = trials[-1] if trial is None else next((x for x in trials if x.number == trial), None)
+    if tr is None:
+        raise NotFoundError(f"sweep '{name}' has no trial {trial}")
+    live = live_log_path(name, tr.number)
+    if live.exists():
+        return tr.number, live.read_text()
+    run_id = run_id_of(study.user_attrs, tr)
+    if not run_id:
+        return tr.number, ""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        path = MlflowClient(paths.tracking_uri(tracking_uri)).download_artifacts(
+            run_id, "logs/worker.log"
+        )
+    except Exception:
+        return tr.number, ""
+    return tr.number, Path(path).read_text()

@@ -1,0 +1,96 @@
+"""What a driver does with a study before its first trial: take over trials a dead driver left
+RUNNING (optuna#3215), seed a new study from earlier sweeps, queue the user's configurations,
+and count what earlier drivers already spent against the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sweeps import study as st
+from sweeps.callbacks import SweepContext, Tracker
+from sweeps.liveness import heartbeat, stale_running
+from sweeps.redact import redacted_spec_yaml
+
+
+def open_sweep(
+    ctx: SweepContext, driver_id: str, tracker: Tracker, enqueue: list[dict[str, Any]]
+) -> list[tuple[float, float, float | None]]:
+    """Everything a driver does with the study before its first trial, in order: say it is
+    alive, keep the spec, take over a dead driver's trials, warm start, queue the user's
+    configurations, open the MLflow parent run and link it. Returns what earlier drivers spent
+    (for the budget)."""
+    study = ctx.study
+    ctx.parent_run_id = study.user_attrs.get("sweeps.mlflow_parent_run_id")
+    ctx.experiment_id = study.user_attrs.get("sweeps.mlflow_experiment_id")
+    heartbeat(study, driver_id)
+    study.set_user_attr("sweeps.spec", redacted_spec_yaml(ctx.spec))
+    study.set_user_attr("sweeps.state", "running")
+    find = lambda number: tracker.find_trial_run(ctx, number)  # noqa: E731
+    ctx.requeued = recover_stale(study, driver_id, tracker.close_stale_run, find)
+    ctx.warm_notes = prepare(study, ctx.spec, ctx.storage_url, enqueue)
+    tracker.start_sweep(ctx)
+    if ctx.parent_run_id:
+        study.set_user_attr("sweeps.mlflow_parent_run_id", ctx.parent_run_id)
+        study.set_user_attr("sweeps.mlflow_experiment_id", ctx.experiment_id)
+    return finished_spend(study)
+
+
+def recover_stale(
+    study: Any,
+    driver_id: str,
+    close_run: Callable[[str], None],
+    find_run: Callable[[int], str | None] = lambda number: None,
+) -> list[int]:
+    """FAIL every trial whose driver stopped beating, re-queue its params, close its MLflow run
+    as KILLED. A re-queued trial carries its last persisted checkpoint, so it continues from
+    there instead of from epoch 0. Returns the numbers of the trials taken over."""
+    taken = []
+    for t in stale_running(study, driver_id):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if run_id is None:  # its run was made, not yet linked, when the driver died
+            run_id = find_run(t.number)
+            if run_id:
+                st.set_trial_attr(study, st.trial_id(t), "mlflow_run_id", run_id)
+        if not st.fail_trial(study, st.trial_id(t), "driver lost; re-queued"):
+            continue  # its driver finished it after all: it was not stale
+        attrs: dict[str, Any] = {"sweeps.requeued_from": t.number}
+        checkpoint = t.user_attrs.get("sweeps.checkpoint")
+        if checkpoint:
+            attrs["sweeps.resume_checkpoint"] = checkpoint
+            attrs["sweeps.resumed_from_trial"] = t.number
+            attrs["sweeps.resume_step"] = t.user_attrs.get("sweeps.checkpoint_step")
+        study.enqueue_trial(t.params, user_attrs=attrs)
+        if run_id:
+            close_run(run_id)
+        taken.append(t.number)
+    if taken:
+        n = int(study.user_attrs.get("sweeps.requeued", 0)) + len(taken)
+        study.set_user_attr("sweeps.requeued", n)
+    return taken
+
+
+def finished_spend(study: Any) -> list[tuple[float, float, float | None]]:
+    """(cost, gpu_hours, single objective value or None) of each finished trial."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state.is_finished():
+            value = None
+            if t.state.name == "COMPLETE" and t.values and len(t.values) == 1:
+                value = t.values[0]
+            out.append(
+                (t.user_attrs.get("cost_usd", 0.0), t.user_attrs.get("gpu_hours", 0.0), value)
+            )
+    return out
+
+
+def prepare(study: Any, spec: Any, storage_url: str, enqueue: list[dict[str, Any]]) -> list[str]:
+    """Warm start a new study and queue the user's configurations; returns warm-start notes."""
+    notes: list[str] = []
+    if spec.warm_start and not study.get_trials(deepcopy=False):
+        from sweeps.warmstart import warm_start
+
+        notes = warm_start(study, spec, storage_url)
+    for params in enqueue:
+        study.enqueue_trial(params, skip_if_exists=True)
+    return notes

@@ -1,0 +1,191 @@
+"""Assemble a sweep from its real parts and run it: the stores (Optuna, MLflow), Ray, the broker
+and the lane host, the lane pool, the observers, and the driver that carries it out.
+
+Start-up overlaps what does not depend on each other: Ray comes up, the broker starts and the
+first lanes begin their (slow) worker-group start in one thread while this one creates or opens
+the store schemas and the sweep's MLflow parent run. This is the one place that knows which
+concrete class plays each role; the driver and its parts only know each other's contracts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from sweeps import cluster, paths, timeline
+from sweeps.callbacks import CallbackManager, DriverCallback, SweepOutcome
+from sweeps.driver import Driver
+from sweeps.execution.host import ActorLauncher
+from sweeps.execution.lane import LaneConfig, LaneShape, ThreadLauncher
+from sweeps.execution.pool import LanePool, RecyclePolicy
+from sweeps.spec import Spec
+from sweeps.trialconf import warm_up_settings
+
+
+def check_tracking(spec: Spec) -> str:
+    """The tracking URI, once it answers: a dead server is a clear error before anything
+    starts, not lost work. A local SQLite store needs no check (`open_tracker` creates it)."""
+    from tracking.mlflow_compat import check_reachable
+
+    uri = paths.tracking_uri(spec.tracking.uri)
+    paths.ensure_local_dirs(uri)
+    if not uri.startswith("sqlite"):
+        check_reachable(uri)
+    return uri
+
+
+def open_tracker(uri: str) -> Any:
+    from tracking.mlflow_compat import check_reachable
+    from tracking.tracker import MLflowTracker
+
+    if uri.startswith("sqlite"):
+        check_reachable(uri)  # creates a new store's schema
+    if uri.startswith("sqlite:///"):
+        _wal(uri.removeprefix("sqlite:///"))
+    artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
+    return MLflowTracker(uri, artifact_root)
+
+
+def _wal(path: str) -> None:
+    """MLflow's SQLite store in WAL mode (persistent on the file): readers such as the MLflow UI
+    no longer block the driver's writer thread, and commits stop waiting on the journal."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(path, timeout=30) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        pass  # an optimization only
+
+
+def start_lanes(
+    spec: Spec,
+    local_mode: bool,
+    function: dict[str, Any] | None = None,
+    spent: Callable[[], bool] = lambda: False,
+) -> tuple[cluster.BrokerChannel, LanePool]:
+    """Ray, the broker, the lane pool, and the sweep's first lanes (on the main thread: Ray's
+    processes get their parent-death signal when the *thread* that started them ends). On a
+    service, warm lanes
+    an earlier sweep left idle first (same shape and code), new ones for the rest. (They may
+    turn out not to be needed: they are told to stop.) `spent()`, asked once Ray is up, says
+    that the study has used its trial budget already (a finished sweep run again): no lanes."""
+    timeline.mark("ray.start")
+    worker_env, shared = cluster.connect(spec)
+    timeline.mark("ray.ready")
+    r, e = spec.resources, spec.execution
+    channel = cluster.BrokerChannel(r.max_failures, shared=shared)
+    storage = paths.checkpoint_root()
+    conf = LaneConfig(
+        broker=channel.handle,
+        train_config={"warmup": warm_up_settings(spec)},
+        storage_path=storage,
+        max_restarts=max(r.max_failures, 0) + 1,
+        keep_checkpoints=e.keep_checkpoints,
+        runtime_env=worker_env,
+        local_mode=local_mode,
+    )
+    key = cluster.lane_key(spec, storage, (function or {}).get("callable_digest"))
+    if local_mode:  # workers in this process's threads: only a driver-side fit() can do that
+        launcher: Any = ThreadLauncher(conf)
+    else:
+        launcher = ActorLauncher(
+            conf, cluster.lane_host(shared), channel.owner, key, r.max_failures
+        )
+    recycle = RecyclePolicy(
+        after_trials=1 if e.mode == "isolated" else e.recycle_after_trials,
+        rss_growth=e.recycle_rss_growth,
+    )
+    shape = LaneShape(r.workers, r.cpus_per_worker, r.gpus_per_worker, r.placement)
+    pool = LanePool(launcher, spec.name, shape, recycle)
+    want = 0 if spent() else min(spec.budget.parallel, spec.budget.trials)
+    for lane_id in channel.claim(key, want):
+        pool.adopt(lane_id)
+    if pool.active() < want:
+        channel.release_idle(keep_key=key)  # idle lanes of other sweeps give back resources
+    for _ in range(want - pool.active()):
+        pool.start()
+    return channel, pool
+
+
+def run_sweep(
+    spec: Spec,
+    *,
+    callbacks: list[DriverCallback] | None = None,
+    local_mode: bool = False,
+    enqueue: list[dict[str, Any]] | None = None,
+    install_signals: bool = True,
+    from_process_start: bool = False,
+    function: dict[str, Any] | None = None,
+) -> SweepOutcome:
+    """`function`: a trainer function packed by `sweeps.notebook.pack`, run in place of the
+    spec's trainer."""
+    import optuna
+
+    from sweeps.study import counted_trials, open_study
+    from tracking.plots import PlotLogger, TimelineLogger
+
+    timeline.begin(from_process_start)
+    timeline.mark("imports.done")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    code_dir = spec.trainer.code_dir
+    if code_dir and os.path.abspath(code_dir) not in sys.path:
+        sys.path.insert(0, os.path.abspath(code_dir))  # the driver unpickles user models
+    timeline.mark("stores.start")
+    storage_url = paths.storage_url(spec.storage)
+    uri = check_tracking(spec)
+    # A store on the network that does not answer is a clear error before Ray starts; local
+    # SQLite files are created (their schemas are the slow part) while Ray comes up. Ray itself
+    # starts on this thread: the processes it spawns die with the thread that spawned them.
+    study = None if storage_url.startswith("sqlite") else open_study(spec, storage_url)
+    stores = _in_thread(lambda: (open_tracker(uri), study or open_study(spec, storage_url)))
+
+    def spent() -> bool:  # the stores are ready by the time Ray is, as a rule
+        return not enqueue and counted_trials(stores.result()[1]) >= spec.budget.trials
+
+    try:
+        channel, pool = start_lanes(spec, local_mode, function, spent)
+    finally:
+        tracker, study = stores.result()
+    timeline.mark("stores.ready")
+    try:
+        observers = CallbackManager(
+            [*(callbacks or []), PlotLogger(tracker), TimelineLogger(tracker)]
+        )
+        driver = Driver(
+            spec,
+            study=study,
+            channel=channel,
+            pool=pool,
+            tracker=tracker,
+            observers=observers,
+            storage_url=storage_url,
+            enqueue=enqueue or [],
+            install_signals=install_signals,
+            wall_since=time.time() - (time.monotonic() - timeline.current().t0),
+        )
+        driver.book.settings.update(function or {})
+        outcome = driver.run()
+    finally:
+        tracker.close()
+    outcome.timeline = timeline.current().to_json()
+    return outcome
+
+
+def _in_thread(fn: Any, *args: Any) -> Future[Any]:
+    """Run `fn` in a daemon thread (the store set-up, while Ray starts on the main thread)."""
+    fut: Future[Any] = Future()
+
+    def target() -> None:
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:
+            fut.set_exception(e)
+
+    threading.Thread(target=target, name="ray-start", daemon=True).start()
+    return fut

@@ -1,0 +1,321 @@
+"""The local sweep service: `sweeps up` starts a Ray head (Jobs API and dashboard) and the
+MLflow UI on this machine; `sweeps down` stops exactly what `up` started, by process group.
+
+The service runs code for whoever can reach it, so it lets in only its owner: Ray's token auth
+is on (the token in a file only the user can read) and every port is bound to 127.0.0.1 unless
+`--host` says otherwise. What `up` started is recorded in SWEEPS_HOME/service/service.json.
+Once it is up, a plain `sweeps run` on this machine uses it (its lanes stay warm between
+sweeps), and `sweeps submit` sends drivers to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sweeps import paths
+from sweeps.errors import ServiceError, SpecError, one_line
+
+
+@dataclass
+class ServiceInfo:
+    host: str
+    ray_pid: int
+    ray_address: str  # host:port of the head's GCS, for ray.init
+    dashboard_url: str  # the Jobs API and dashboard
+    token_path: str
+    temp_dir: str
+    mlflow_pid: int | None = None
+    mlflow_url: str | None = None
+    started: float = 0.0
+
+
+def service_dir() -> Path:
+    return paths.home() / "service"
+
+
+def _record() -> Path:
+    return service_dir() / "service.json"
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def load() -> ServiceInfo | None:
+    """The running service recorded under SWEEPS_HOME, or None (none, or its head is dead)."""
+    try:
+        info = ServiceInfo(**json.loads(_record().read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return info if _alive(info.ray_pid) else None
+
+
+def auth_env(token_path: str) -> dict[str, str]:
+    """What a Ray client needs to be let into the service."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+
+
+def _token(path: Path) -> str:
+    """The service's token file, created once, readable by its owner only."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(url: str, headers: dict[str, str] | None = None) -> bool:
+    import urllib.request
+
+    try:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return 200 <= r.status < 300
+    except Exception:
+        return False
+
+
+def wait_http(url: str, timeout: float, headers: dict[str, str] | None = None) -> bool:
+    """Poll `url` until it answers 2xx; False after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _answers(url, headers):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str]) -> int:
+    """A child in its own session, so `down` can stop it and everything it started."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    return proc.pid
+
+
+def up(
+    host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
+    mlflow_port: int = 5000,
+    wait_s: float = 180.0,
+) -> tuple[ServiceInfo, bool]:
+    """Start the service, or find it running; returns (info, whether it was already up)."""
+    running = load()
+    if running is not None:
+        return running, True
+    bindir = Path(sys.executable).parent
+    token = _token(service_dir() / "auth_token")
+    env = {
+        **os.environ,
+        **auth_env(token),
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("RAY_ADDRESS", None)
+    # Unix socket paths are short: the session folder lives under /tmp, named for this home.
+    temp = f"/tmp/sweeps-ray-{abs(hash(str(paths.home()))) % 10**8}"
+    gcs_port = _free_port(host)
+    ray_cmd = [
+        str(bindir / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        "--node-ip-address",
+        host,
+        "--port",
+        str(gcs_port),
+        "--dashboard-host",
+        host,
+        "--dashboard-port",
+        str(dashboard_port),
+        "--include-dashboard=true",
+        # Its own, not Ray's fixed 52365: with another Ray on the machine (a test session, a
+        # colleague's), the job agent could not bind it and every submit got "No available agent".
+        "--dashboard-agent-listen-port",
+        str(_free_port(host)),
+        "--temp-dir",
+        temp,
+    ]
+    info = ServiceInfo(
+        host=host,
+        ray_pid=_spawn(ray_cmd, service_dir() / "ray.log", env),
+        ray_address=f"{host}:{gcs_port}",
+        dashboard_url=f"http://{host}:{dashboard_port}",
+        token_path=token,
+        temp_dir=temp,
+        started=time.time(),
+    )
+    uri = paths.tracking_uri()
+    if uri.startswith("sqlite:///"):  # the embedded store: serve its UI too
+        paths.ensure_local_dirs(uri)
+        mlflow_cmd = [
+            str(bindir / "mlflow"),
+            "server",
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            uri,
+            "--default-artifact-root",
+            paths.artifact_root(),
+            "--host",
+            host,
+            "--port",
+            str(mlflow_port),
+        ]
+        # One worker, no GenAI job runner: a UI for one user, not a serving fleet.
+        mlflow_env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        info.mlflow_pid = _spawn(mlflow_cmd, service_dir() / "mlflow.log", mlflow_env)
+        info.mlflow_url = f"http://{host}:{mlflow_port}"
+    _record().write_text(json.dumps(asdict(info), indent=1))
+    _wait_ready(info, wait_s)
+    return info, False
+
+
+def _wait_ready(info: ServiceInfo, wait_s: float) -> None:
+    with open(info.token_path) as f:
+        headers = {"Authorization": f"Bearer {f.read().strip()}"}
+    deadline = time.monotonic() + wait_s
+    ray_ok = mlflow_ok = False
+    while time.monotonic() < deadline:
+        ray_ok = ray_ok or _answers(f"{info.dashboard_url}/api/jobs/", headers)
+        mlflow_ok = mlflow_ok or not info.mlflow_url or _answers(f"{info.mlflow_url}/health")
+        if ray_ok and mlflow_ok:
+            return
+        if not _alive(info.ray_pid):
+            break
+        time.sleep(0.5)
+    down()
+    log = service_dir() / ("ray.log" if not ray_ok else "mlflow.log")
+    raise ServiceError(
+        f"the service did not come up in {wait_s:g} s ({'Ray' if not ray_ok else 'MLflow'} "
+        f"never answered); see {log}"
+    )
+
+
+def down(wait_s: float = 30.0) -> list[str]:
+    """Stop what `up` started (its process groups) and nothing else; returns what stopped."""
+    try:
+        raw = json.loads(_record().read_text())
+    except (OSError, ValueError):
+        return []
+    stopped = []
+    for name, pid in (("ray", raw.get("ray_pid")), ("mlflow", raw.get("mlflow_pid"))):
+        if _alive(pid):
+            _stop_group(int(pid), wait_s)
+            stopped.append(name)
+    _record().unlink(missing_ok=True)
+    import shutil
+
+    shutil.rmtree(raw.get("temp_dir") or "/nonexistent", ignore_errors=True)
+    return stopped
+
+
+def _stop_group(pid: int, wait_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + (wait_s if sig == signal.SIGTERM else 5)
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+def resolve(address: str | None) -> tuple[str, dict[str, str]]:
+    """The Jobs API URL to use and the environment a client needs: `--address`, else
+    RAY_ADDRESS (an http:// dashboard URL), else the local service."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        if not address.startswith(("http://", "https://")):
+            raise SpecError(
+                f"--address: {address} is not the Jobs API's http://HOST:PORT (port 8265 by "
+                "default)"
+            )
+        info = load()
+        if info is not None and info.dashboard_url.rstrip("/") == address.rstrip("/"):
+            # This machine's service, named by its URL (as a sweep records where it went).
+            return address.rstrip("/"), auth_env(info.token_path)
+        return address.rstrip("/"), {}
+    info = load()
+    if info is None:
+        raise ServiceError(
+            "no sweep service here: start one with `sweeps up`, or name one with --address "
+            "http://HOST:8265"
+        )
+    return info.dashboard_url, auth_env(info.token_path)
+
+
+def urls(info: ServiceInfo) -> dict[str, Any]:
+    return {
+        "ray_address": info.ray_address,
+        "jobs_api": info.dashboard_url,
+        "dashboard": info.dashboard_url,
+        "mlflow_ui": info.mlflow_url,
+        "token_file": info.token_path,
+    }
+
+
+@contextlib.contextmanager
+def jobs_client(url: str, auth: dict[str, str]) -> Iterator[Any]:
+    """A JobSubmissionClient that sends the service's token (Ray reads it from the env)."""
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        from sweeps.quietlogs import quiet_ray
+
+        quiet_ray()  # "Uploading package ..." is Ray's to say under -v
+        try:
+            yield JobSubmissionClient(url)
+        except (ConnectionError, RuntimeError) as e:
+            raise ServiceError(f"Jobs API at {url}: {one_line(e)}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def job_status(job_id: str, address: str | None) -> str | None:
+    """A job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), or None if unknown."""
+    try:
+        url, auth = resolve(address)
+        with jobs_client(url, auth) as client:
+            return str(client.get_job_status(job_id).value)
+    except Exception:
+        return None

@@ -1,0 +1,57 @@
+"""The spec package: `Spec` (the model tree), its parameters, and how a YAML file becomes one."""
+
+from sweeps.spec.load import (
+    format_validation_error,
+    load_spec,
+    parse_overrides,
+    spec_from_dict,
+)
+from sweeps.spec.models import (
+    COMPUTED_METRICS,
+    DATASETS,
+    MODELS,
+    PRUNERS,
+    SAMPLERS,
+    SEARCHABLE_RESOURCES,
+    Budget,
+    Execution,
+    MetricsSpec,
+    Objective,
+    PrunerSpec,
+    Resources,
+    SamplerSpec,
+    Spec,
+    Tracking,
+    TrainerSpec,
+    WarmStart,
+)
+from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, IntParam, Param
+
+__all__ = [
+    "COMPUTED_METRICS",
+    "DATASETS",
+    "HUGE",
+    "MODELS",
+    "PRUNERS",
+    "SAMPLERS",
+    "SEARCHABLE_RESOURCES",
+    "Budget",
+    "CategoricalParam",
+    "Execution",
+    "FloatParam",
+    "IntParam",
+    "MetricsSpec",
+    "Objective",
+    "Param",
+    "PrunerSpec",
+    "Resources",
+    "SamplerSpec",
+    "Spec",
+    "TrainerSpec",
+    "Tracking",
+    "WarmStart",
+    "format_validation_error",
+    "load_spec",
+    "parse_overrides",
+    "spec_from_dict",
+]

@@ -1,0 +1,79 @@
+"""The adapters over Optuna's and MLflow's private names fail loudly when an upgrade moves them:
+each name used is exercised here against the installed release, which must lie in the range
+pyproject pins (the range the adapters were tested on)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib.metadata import version
+
+import optuna
+import pytest
+from conftest import ROOT, make_spec
+
+from sweeps import study as st
+from tracking import mlflow_compat
+
+
+def _pinned(package: str) -> tuple[str, str]:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(d for d in deps if re.match(rf"{package}(\[|>|<|=|$)", d))
+    low = re.search(r">=\s*([\d.]+)", spec)
+    high = re.search(r"<\s*([\d.]+)", spec)
+    assert low and high, f"{package} must be pinned with a lower and an upper bound: {spec}"
+    return low.group(1), high.group(1)
+
+
+def _tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+@pytest.mark.parametrize(
+    "package,tested", [("optuna", st.OPTUNA_TESTED), ("mlflow", mlflow_compat.MLFLOW_TESTED)]
+)
+def test_installed_release_is_the_one_the_adapter_was_tested_on(package, tested):
+    low, high = _pinned(package)
+    assert (low, high) == tested, "pyproject and the adapter must name the same range"
+    assert _tuple(low) <= _tuple(version(package)) < _tuple(high)
+
+
+def test_optuna_private_names_used_by_the_adapter_exist(tmp_path):
+    spec = make_spec(
+        name="adapt",
+        sampler={"name": "grid"},
+        search_space={"lr": {"type": "categorical", "choices": [0.1]}},
+    )
+    study = st.open_study(spec, f"sqlite:///{tmp_path}/o.db")
+    trial = study.ask()
+    tid = st.trial_id(trial)
+    assert isinstance(tid, int)
+    st.set_trial_attr(study, tid, "k", 1)
+    assert study.trials[0].user_attrs["k"] == 1
+    assert st.storage_engine(study) is not None and "sqlite" in str(st.storage_engine(study).url)
+    study.set_user_attr("a", 2)
+    assert st.fresh_study_attrs(study)["a"] == 2
+    trial.suggest_categorical("lr", [0.1])
+    stopped = st.tell(study, trial, 1.0)
+    assert stopped, "the grid sampler stops the study once every point was told"
+    assert st.counted_trials(study) == 1
+    d = optuna.distributions.FloatDistribution(0, 1)
+    assert st.distribution_contains(d, 0.5) and not st.distribution_contains(d, 2.0)
+    other = study.ask()
+    assert st.fail_trial(study, st.trial_id(other), "lost")
+    assert not st.fail_trial(study, st.trial_id(other), "again"), "already finished"
+
+
+def test_mlflow_internal_names_used_by_the_adapter_exist(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    import mlflow
+
+    with mlflow_compat.scoped_tracking_uri(uri):
+        assert mlflow.get_tracking_uri() == uri
+    mlflow_compat.reset_tracking_uri()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("x"))
+    monitor = mlflow_compat.system_metrics_monitor(run.info.run_id, uri)
+    assert hasattr(monitor, "start") and hasattr(monitor, "finish")

@@ -1,0 +1,369 @@
+"""The driver's decisions, stepped one turn at a time against fakes: no Ray, no ray.init.
+
+Each test plays the lanes' side of the protocol (NextTrial, Report, Finished, ...) and checks
+what the driver answered and what it wrote to an in-memory Optuna study and to the tracker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from driver_fakes import Harness
+
+from sweeps.callbacks import DriverCallback
+from sweeps.errors import ProtocolError
+from sweeps.protocol import (
+    Assignment,
+    Checkpointed,
+    Decision,
+    Failed,
+    Log,
+    Restarted,
+    Stop,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _started(**spec_fields):
+    h = Harness(**spec_fields)
+    h.driver.start()
+    return h
+
+
+def test_a_lane_asking_gets_an_assignment_of_a_claimed_trial():
+    h = _started()
+    (lane,) = h.lanes
+    a = h.next(lane)
+    assert isinstance(a, Assignment)
+    t = h.trial(a.trial_number)
+    assert t.state.name == "RUNNING"
+    assert t.user_attrs["sweeps.driver"] == h.driver.driver_id
+    assert t.user_attrs["mlflow_run_id"] == f"run-{a.trial_number}"
+    assert a.params == t.params and a.config["lr"] == t.params["lr"]
+    assert a.config["epochs"] == 3, "fixed trainer settings travel with the params"
+
+
+def test_reports_reach_optuna_and_the_tracker_and_continue():
+    h = _started()
+    (lane,) = h.lanes
+    a = h.next(lane)
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CONTINUE
+    assert h.trial(a.trial_number).intermediate_values == {1: 0.5}
+    assert ("log_epoch", (a.trial_number, 1)) in h.tracker.calls
+
+
+def test_the_pruner_decides_prune_and_the_trial_ends_pruned():
+    h = _started(pruner={"name": "median", "options": {"n_startup_trials": 1}})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.8, 0.9])
+    a = h.next(lane)
+    assert h.report(a, lane, 1, val_accuracy=0.1) is Decision.PRUNE
+    h.finish(a, lane, state="pruned")
+    assert h.trial(a.trial_number).state.name == "PRUNED"
+    assert h.tracker.ends[a.trial_number].state == "PRUNED"
+
+
+def test_a_finished_trial_is_complete_with_its_value_and_cost_attrs():
+    h = _started()
+    (lane,) = h.lanes
+    h.clock.t += 0  # assignment and end at the same fake time: zero duration
+    a = h.run_trial(lane, [0.5, 0.7])
+    t = h.trial(a.trial_number)
+    assert t.state.name == "COMPLETE" and t.value == 0.7
+    assert {"duration_s", "cost_usd", "gpu_hours", "train_seconds"} <= set(t.user_attrs)
+    end = h.tracker.ends[a.trial_number]
+    assert end.state == "COMPLETE" and end.values == [0.7]
+
+
+def test_a_missing_objective_metric_cancels_and_fails_the_trial():
+    h = _started()
+    (lane,) = h.lanes
+    a = h.next(lane)
+    assert h.report(a, lane, 1, accuracy=0.5) is Decision.CANCEL
+    h.finish(a, lane, state="pruned")
+    t = h.trial(a.trial_number)
+    assert t.state.name == "FAIL"
+    assert (
+        "objective metric 'val_accuracy' is not among the reported metrics"
+        in (t.user_attrs["sweeps.error"])
+    )
+
+
+def test_the_failure_limit_drains_and_the_sweep_ends_failed():
+    h = _started(budget={"trials": 5, "parallel": 1, "max_failed_trials": 2})
+    (lane,) = h.lanes
+    for _ in range(2):
+        a = h.next(lane)
+        h.channel.push(Failed(lane.lane_id, a.seq, "ValueError: boom"))
+        h.driver.step(0)
+    assert isinstance(h.next(lane), Stop)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "failed" and "2 trials failed" in out.reason
+
+
+def test_the_trial_budget_stops_lanes_and_the_sweep_finishes():
+    h = _started(budget={"trials": 2, "parallel": 1})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.5])
+    h.run_trial(lane, [0.6])
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "budget reached: 2/2" in stop.reason
+    h.end_lane(lane)
+    assert not h.driver.step(0), "no lane left: the loop ends"
+    out = h.driver.finish()
+    assert out.state == "finished" and out.reason.startswith("budget reached")
+    assert h.study.user_attrs["sweeps.state"] == "finished"
+
+
+def test_a_timeout_drains_and_the_sweep_ends_stopped():
+    h = _started(budget={"trials": 10, "parallel": 1, "timeout_s": 60})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.5])
+    h.clock.t += 61
+    h.driver.step(0)
+    assert isinstance(h.next(lane), Stop)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "stopped" and "timeout after 60 s" in out.reason
+
+
+def test_the_target_value_ends_the_search_early():
+    h = _started(budget={"trials": 10, "parallel": 1, "target": 0.9})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.95])
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "target reached" in stop.reason
+    h.end_lane(lane)
+    assert h.driver.finish().state == "finished"
+
+
+def test_the_money_budget_stops_before_a_trial_forecast_to_cross_it(tmp_path, monkeypatch):
+    table = tmp_path / "machines.yaml"
+    table.write_text("machines:\n  dear: {vcpus: 1, memory_gb: 1, price_per_hour: 3600}\n")
+    monkeypatch.setenv("SWEEPS_MACHINES", str(table))
+    h = _started(
+        budget={"trials": 10, "parallel": 1, "max_cost_usd": 25},
+        resources={"machine_type": "dear"},
+    )
+    (lane,) = h.lanes
+    for _ in range(2):  # $1 a second: each trial below costs $10
+        a = h.next(lane)
+        h.clock.t += 10
+        h.finish(a, lane, val_accuracy=0.5)
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "money budget" in stop.reason
+    h.end_lane(lane)
+    assert h.driver.finish().state == "stopped"
+
+
+def test_a_lane_that_dies_fails_its_trial_and_is_replaced():
+    h = _started()
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.end_lane(lane, RuntimeError("node died"))
+    t = h.trial(a.trial_number)
+    assert (
+        t.state.name == "FAIL" and "worker group failed: node died" in t.user_attrs["sweeps.error"]
+    )
+    assert len(h.lanes) == 2 and not h.lanes[1].done.is_set(), "a fresh lane took its place"
+
+
+def test_lanes_that_keep_dying_fail_the_sweep():
+    h = _started(budget={"trials": 50, "parallel": 1})
+    for _ in range(5):
+        h.end_lane(h.lanes[-1], RuntimeError("cannot start workers"))
+    assert not h.driver.status.launching
+    assert "5 lanes failed" in h.driver.status.reason
+    while len(h.driver.pool):
+        h.end_lane(h.lanes[-1])
+    assert h.driver.finish().state == "failed"
+
+
+def test_a_restart_is_counted_and_a_checkpoint_remembered():
+    h = _started()
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.channel.push(
+        Checkpointed(lane.lane_id, a.seq, 2, "/ckpt/trial0-step2"),
+        Restarted(lane.lane_id, a.seq, 1),
+        Log(lane.lane_id, a.seq, "epoch 2 done\n"),
+    )
+    h.driver.step(0)
+    t = h.trial(a.trial_number)
+    assert t.user_attrs["sweeps.restarts"] == 1
+    assert t.user_attrs["sweeps.checkpoint"] == "/ckpt/trial0-step2"
+    assert t.user_attrs["sweeps.checkpoint_step"] == 2
+    assert ("trial_restarted", (a.trial_number, 1)) in h.tracker.calls
+
+
+def test_ctrl_c_once_drains_twice_cancels_and_nothing_is_left_running():
+    h = _started(budget={"trials": 5, "parallel": 1})
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.driver.interrupt()
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CONTINUE, "running trials finish"
+    h.driver.interrupt()
+    assert h.report(a, lane, 2, val_accuracy=0.6) is Decision.CANCEL
+    h.finish(a, lane, state="pruned")  # the worker raised TrialPruned("cancelled ...")
+    assert isinstance(h.next(lane), Stop)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "interrupted"
+    assert h.trial(a.trial_number).state.name == "FAIL"
+    with pytest.raises(KeyboardInterrupt):
+        h.driver.interrupt()  # a third Ctrl-C: the user insists
+
+
+def test_trials_of_a_dead_driver_are_failed_requeued_with_their_checkpoint_and_closed():
+    first = _started(budget={"trials": 3, "parallel": 1})
+    (lane,) = first.lanes
+    a = first.next(lane)
+    first.channel.push(Checkpointed(lane.lane_id, a.seq, 30, "/ckpt/trial0-step30"))
+    first.driver.step(0)
+    # The first driver dies: its heartbeat goes stale, its trial stays RUNNING.
+    first.study.set_user_attr(f"sweeps.driver.{first.driver.driver_id}", {"t": 0, "pid": 1})
+    second = Harness(study=first.study, budget={"trials": 3, "parallel": 1})
+    second.driver.start()
+    old = second.trial(a.trial_number)
+    assert old.state.name == "FAIL" and "re-queued" in old.user_attrs["sweeps.error"]
+    assert second.tracker.closed_stale == [f"run-{a.trial_number}"]
+    (lane2,) = second.lanes
+    again = second.next(lane2)
+    assert isinstance(again, Assignment) and again.trial_number != a.trial_number
+    assert again.params == a.params, "the same params"
+    assert again.resume_from == "/ckpt/trial0-step30", "continues from its checkpoint"
+    t = second.trial(again.trial_number)
+    assert t.user_attrs["sweeps.resumed_from_trial"] == a.trial_number
+
+
+def test_sweeps_stop_drains_and_the_sweep_ends_stopped():
+    h = _started(budget={"trials": 10, "parallel": 1})
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.study.set_user_attr("sweeps.stop_requested", time.time())
+    h.clock.t += 3  # the driver looks for requests every 2 s
+    h.driver.step(0)
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CONTINUE
+    h.finish(a, lane, val_accuracy=0.5)
+    assert isinstance(h.next(lane), Stop)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert (out.state, out.reason) == ("stopped", "stop requested (sweeps stop)")
+
+
+def test_sweeps_cancel_stops_running_trials_and_ends_cancelled():
+    h = _started(budget={"trials": 10, "parallel": 1})
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.study.set_user_attr("sweeps.cancel_requested", time.time())
+    h.clock.t += 3
+    h.driver.step(0)
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CANCEL
+    h.finish(a, lane, state="pruned")
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "cancelled"
+    assert h.trial(a.trial_number).state.name == "FAIL"
+
+
+def test_a_sweep_whose_every_trial_failed_is_failed_with_the_first_error():
+    h = _started(budget={"trials": 2, "parallel": 1})
+    (lane,) = h.lanes
+    for msg in ("ImportError: no module named trainer.task", "ValueError: second"):
+        a = h.next(lane)
+        h.channel.push(Failed(lane.lane_id, a.seq, msg))
+        h.driver.step(0)
+    assert isinstance(h.next(lane), Stop)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "failed"
+    assert out.reason == (
+        "all 2 trials failed; first error: ImportError: no module named trainer.task"
+    )
+
+
+def test_an_unknown_event_fails_loudly():
+    h = _started()
+    h.channel.push({"kind": "next", "lane": "x", "seq": 1})
+    with pytest.raises(ProtocolError):
+        h.driver.step(0)
+
+
+def test_a_recycled_lane_stops_and_a_fresh_one_replaces_it():
+    h = _started(budget={"trials": 3, "parallel": 1}, execution={"recycle_after_trials": 1})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.5])
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "recycled after 1 trials" in stop.reason
+    h.end_lane(lane)
+    assert len(h.lanes) == 2
+    assert isinstance(h.next(h.lanes[1]), Assignment)
+
+
+def test_a_trial_of_another_shape_waits_for_a_lane_of_its_own():
+    h = _started(
+        budget={"trials": 4, "parallel": 1},
+        sampler={"name": "random", "seed": 1},
+        search_space={"resources.workers": {"type": "categorical", "choices": [2]}},
+    )
+    (lane,) = h.lanes
+    assert lane.shape.workers == 1
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "another shape" in stop.reason
+    h.end_lane(lane)
+    wide = h.lanes[1]
+    assert wide.shape.workers == 2
+    a = h.next(wide)
+    assert isinstance(a, Assignment) and a.params["resources.workers"] == 2
+    assert "resources.workers" not in a.config, "resources are not the training function's"
+
+
+def test_the_hard_budget_cancels_running_trials(tmp_path, monkeypatch):
+    table = tmp_path / "machines.yaml"
+    table.write_text("machines:\n  dear: {vcpus: 1, memory_gb: 1, price_per_hour: 3600}\n")
+    monkeypatch.setenv("SWEEPS_MACHINES", str(table))
+    h = _started(
+        budget={"trials": 10, "parallel": 1, "max_cost_usd": 5, "hard": True},
+        resources={"machine_type": "dear"},
+    )
+    (lane,) = h.lanes
+    a = h.next(lane)
+    h.clock.t += 6  # $6 spent by the running trial
+    h.driver.step(0)  # the loop's rules run every turn
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CANCEL
+    assert "hard budget crossed" in h.driver.status.reason
+
+
+def test_an_exhausted_grid_ends_the_search():
+    h = _started(
+        budget={"trials": 10, "parallel": 1},
+        sampler={"name": "grid"},
+        search_space={"lr": {"type": "categorical", "choices": [0.01, 0.02]}},
+    )
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.5])
+    h.run_trial(lane, [0.6])
+    stop = h.next(lane)
+    assert isinstance(stop, Stop) and "search space exhausted" in stop.reason
+    h.end_lane(lane)
+    assert h.driver.finish().state == "finished"
+
+
+def test_a_failing_observer_does_not_stop_the_sweep():
+    class Broken(DriverCallback):
+        def on_trial_end(self, ctx, t, end):
+            raise RuntimeError("display gone")
+
+    h = Harness(observers=[Broken()], budget={"trials": 1, "parallel": 1})
+    h.driver.start()
+    (lane,) = h.lanes
+    a = h.run_trial(lane, [0.5])
+    assert h.trial(a.trial_number).state.name == "COMPLETE"
+    h.next(lane)
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == "finished"
+    assert any("Broken.on_trial_end: display gone" in e for e in out.errors)

@@ -1,0 +1,219 @@
+"""What a new user tripped on (issue 17), seen the way they saw it: through the CLI of one real
+sweep (2 trials, 2 workers each, every rank printing a line per epoch), then `ls`, `show`,
+`logs`, `stop` and a second `run` of the same finished sweep."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import BYO
+from mlflow.tracking import MlflowClient
+
+NAME = "honest"
+EPOCHS = 3
+
+
+def _cli(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEPS_", "RAY_ADDRESS"))}
+    env["SWEEPS_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    base = tmp_path_factory.mktemp("honest")
+    home = base / "home"
+    spec = base / "honest.yaml"
+    spec.write_text(
+        f"name: {NAME}\n"
+        "search_space: {lr: {type: float, low: 0.01, high: 0.02}}\n"
+        "sampler: {name: random, seed: 3}\n"
+        "pruner: {name: none}\n"
+        "budget: {trials: 2, parallel: 1}\n"
+        "resources: {workers: 2, cpus_per_worker: 1}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:chatty', code_dir: '{BYO}', epochs: {EPOCHS}}}\n"
+    )
+    first = _cli(home, "run", str(spec))
+    assert first.returncode == 0, first.stderr[-3000:]
+    return home, spec, first
+
+
+def test_the_terminal_shows_the_sweep_not_our_dependencies(swept):
+    """Item 19: no Ray/MLflow/Optuna warnings, no download bars; the last line says the state."""
+    _, _, first = swept
+    both = first.stdout + first.stderr
+    for noise in ("WARNING", "There are no complete trials", "pickle", "Downloading", "INFO"):
+        assert noise not in both, (noise, both[-3000:])
+    last = first.stdout.strip().splitlines()
+    tail = "\n".join(last[-6:])
+    assert f"{NAME}: finished" in tail, tail
+    assert "finishing running trials" not in tail and not tail.rstrip().endswith(";")
+
+
+def test_logs_hold_every_ranks_lines_once_prefixed_without_ray_internals(swept):
+    """Items 6 and 7: each rank's output, once, with its rank; none of Ray's own lines."""
+    home, _, _ = swept
+    r = _cli(home, "logs", NAME, "--trial", "0", timeout=120)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        for e in range(EPOCHS):
+            line = f"[rank {rank}] epoch {e} on rank {rank}:"
+            assert r.stdout.count(line) == 1, (line, r.stdout)
+    for internal in ("RayTrainWorker", "pid=", "Downloading", "ray.train"):
+        assert internal not in r.stdout, (internal, r.stdout)
+    assert "Downloading" not in r.stderr
+
+
+def test_ls_and_show_agree_on_the_state_and_give_wall_and_trial_time(swept):
+    """Items 2 and 4: one state everywhere; wall (command start to end) and the trials' time."""
+    home, _, _ = swept
+    ls = json.loads(_cli(home, "ls", "--json", timeout=120).stdout)
+    show = json.loads(_cli(home, "show", NAME, "--json", timeout=120).stdout)
+    (row,) = [r for r in ls if r["name"] == NAME]
+    assert row["state"] == show["state"] == "finished"
+    assert show["trial_s"] > 0
+    assert row["wall_s"] == show["wall_s"] > show["trial_s"], "set-up counts in the wall time"
+
+
+def test_stop_on_a_finished_sweep_says_it_already_finished(swept):
+    """Item 5."""
+    home, _, _ = swept
+    r = _cli(home, "stop", NAME, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "already finished" in r.stdout and "stop requested" not in r.stdout
+    study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{home}/optuna.db")
+    assert "sweeps.stop_requested" not in study.user_attrs
+
+
+def test_the_experiment_opens_in_mlflow_model_training_mode(swept):
+    """Item 19: MLflow 3's UI shows a sweep's experiment as model training, not GenAI."""
+    home, _, _ = swept
+    exp = MlflowClient(f"sqlite:///{home}/mlflow.db").search_experiments()
+    kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in exp}
+    assert "custom_model_development" in kinds.values(), kinds
+
+
+def test_running_a_finished_sweep_again_shows_the_studys_true_totals(swept):
+    """Item 3: the bar counts the study's trials, not this session's (it said 0/12 before)."""
+    home, spec, _ = swept
+    r = _cli(home, "run", str(spec))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"\b2/2\b", r.stdout), r.stdout
+    assert "0/2" not in r.stdout
+    study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{home}/optuna.db")
+    assert len(study.trials) == 2, "nothing new was run"
+
+
+def test_logs_follow_waits_for_the_first_trial(tmp_path):
+    """Item 6: `logs -f` started before the first trial waits instead of failing."""
+    home = tmp_path / "home"
+    home.mkdir()
+    optuna.create_study(study_name="early", storage=f"sqlite:///{home}/optuna.db")
+    env = {**os.environ, "SWEEPS_HOME": str(home)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.cli", "logs", "early", "-f"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(8)
+        assert p.poll() is None, p.communicate()
+    finally:
+        p.kill()
+        p.wait()
+    # without -f the same question is a one-line answer
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "logs", "early"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "no trials yet" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_progress_starts_from_the_studys_totals():
+    """Item 3, the unit: a bar over a study with 3 finished trials starts at 3."""
+    from rich.console import Console
+
+    from sweeps.callbacks import SweepContext
+    from sweeps.progress import RichProgress
+    from sweeps.spec import spec_from_dict
+
+    spec = spec_from_dict(
+        {
+            "name": "p",
+            "search_space": {"x": {"type": "float", "low": 0, "high": 1}},
+            "budget": {"trials": 5},
+        }
+    )
+    study = optuna.create_study(direction="maximize")
+    for v in (0.1, 0.7, 0.4):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": v},
+                distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+                value=v,
+            )
+        )
+    bar = RichProgress(spec, Console(file=io.StringIO()))
+    try:
+        ctx = SweepContext(spec=spec, study_name="p", storage_url="", started_at=0.0, study=study)
+        bar.on_sweep_start(ctx)
+        task = bar.progress.tasks[0]
+        assert (task.completed, task.total) == (3, 5)
+        assert bar.best == 0.7
+    finally:
+        bar.close(discard=True)
+
+
+def test_quiet_by_default_and_verbose_with_v(monkeypatch):
+    """Item 19, the unit: dependencies' loggers are raised to ERROR unless -v."""
+    from sweeps.cli._app import quiet
+
+    for var in (
+        "SWEEPS_VERBOSE",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+        "MLFLOW_LOGGING_LEVEL",
+        "OPTUNA_VERBOSITY",
+        "PYTHONWARNINGS",
+    ):
+        monkeypatch.setenv(var, "x")  # recorded, so the test leaves the process as it found it
+        monkeypatch.delenv(var)
+    names = ("ray", "mlflow", "optuna", "alembic", "sweeps")
+    saved = {n: logging.getLogger(n).level for n in names}
+    try:
+        with warnings.catch_warnings():
+            quiet(False)
+            assert logging.getLogger("mlflow").getEffectiveLevel() >= logging.ERROR
+            assert logging.getLogger("ray").getEffectiveLevel() >= logging.ERROR
+            assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+            assert os.environ["PYTHONWARNINGS"] == "ignore"  # the processes we start, too
+            monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+            quiet(True)
+            assert logging.getLogger("mlflow").getEffectiveLevel() <= logging.INFO
+            assert os.environ["SWEEPS_VERBOSE"] == "1"
+            assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "true"
+    finally:
+        for n, lvl in saved.items():
+            logging.getLogger(n).setLevel(lvl)

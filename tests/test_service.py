@@ -1,0 +1,285 @@
+"""The sweep service for real: `sweeps up` on loopback with token auth, sweeps submitted as Ray
+Jobs that outlive the process that submitted them, warm lanes taken over by the next sweep, a
+client that is no Ray node (`--address`), `cancel`, and `down` leaving nothing of ours running.
+
+One service for the module (starting a Ray head costs ~10 s); the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import BYO, ROOT
+from mlflow.tracking import MlflowClient
+from services import free_port
+
+from sweeps import api
+
+SWEEPS = [sys.executable, "-m", "sweeps.cli"]
+pytestmark = pytest.mark.timeout(900)
+
+
+@dataclass
+class Svc:
+    home: Path
+    env: dict[str, str]
+    info: dict
+
+    @property
+    def storage(self) -> str:
+        return f"sqlite:///{self.home}/optuna.db"
+
+    @property
+    def tracking(self) -> str:
+        return f"sqlite:///{self.home}/mlflow.db"
+
+    def cli(self, *args: str, env: dict | None = None, timeout: float = 120, check: bool = True):
+        r = subprocess.run(
+            [*SWEEPS, *args], env=env or self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check:
+            assert r.returncode == 0, f"sweeps {' '.join(args)}: {r.stderr[-3000:]}"
+        return r
+
+    def wait(self, name: str, states: tuple[str, ...], timeout: float = 400) -> dict:
+        end, doc = time.time() + timeout, None
+        while time.time() < end:
+            try:
+                doc = api.show(name, self.storage)
+                if doc["state"] in states:
+                    return doc
+            except Exception as e:  # not submitted yet
+                doc = {"error": str(e)}
+            time.sleep(1.0)
+        logs = self.cli("logs", name, "--driver", check=False)
+        raise AssertionError(f"{name} never reached {states}: {doc}\ndriver log:\n{logs.stdout}")
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    home = tmp_path_factory.mktemp("svc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "SWEEPS_"))}
+    env.update(SWEEPS_HOME=str(home), SWEEPS_LANE_IDLE_S="600")
+    r = subprocess.run(
+        [
+            *SWEEPS,
+            "up",
+            "--json",
+            "--dashboard-port",
+            str(free_port()),
+            "--mlflow-port",
+            str(free_port()),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = Svc(home, env, json.loads(r.stdout))
+    try:
+        yield s
+    finally:
+        subprocess.run([*SWEEPS, "down"], env=env, capture_output=True, timeout=120)
+
+
+def _get(url: str, token: str | None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_up_is_idempotent_and_the_jobs_api_wants_the_token(svc):
+    again = json.loads(svc.cli("up", "--json").stdout)
+    assert again["already"] and again["jobs_api"] == svc.info["jobs_api"]
+    token_file = Path(svc.info["token_file"])
+    assert token_file.stat().st_mode & 0o077 == 0, "the token is readable by its owner only"
+    jobs = svc.info["jobs_api"] + "/api/jobs/"
+    assert jobs.startswith("http://127.0.0.1:")
+    assert _get(jobs, None) in (401, 403), "a request without the token is refused"
+    assert _get(jobs, "not-the-token") in (401, 403)
+    assert _get(jobs, token_file.read_text().strip()) == 200
+    assert _get(svc.info["mlflow_ui"] + "/health", None) == 200
+
+
+def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
+    client = subprocess.Popen(
+        [
+            *SWEEPS,
+            "submit",
+            str(ROOT / "conf" / "quickstart.yaml"),
+            "--name",
+            "qs-svc",
+            "--trials",
+            "4",
+            "--set",
+            "trainer.epochs=3",
+            "--json",
+        ],
+        env=svc.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    text, line = "", ""
+    while not line.startswith("}"):  # the whole JSON document, and not a moment longer
+        line = client.stdout.readline() or "}"
+        text += line
+    os.killpg(client.pid, signal.SIGKILL)  # the laptop's lid closes
+    client.wait()
+    sub = json.loads(text)
+    assert sub["name"] == "qs-svc" and sub["job_id"].startswith("sweeps-qs-svc-")
+    doc = svc.wait("qs-svc", ("finished", "failed", "stopped"))
+    assert doc["state"] == "finished", doc
+    assert sum(doc["counts"].get(k, 0) for k in ("COMPLETE", "PRUNED")) == 4
+    assert doc["job_id"] == sub["job_id"]
+    log = svc.cli("logs", "qs-svc", "--driver").stdout
+    assert "qs-svc: finished" in log
+    ls = json.loads(svc.cli("ls", "--json").stdout)
+    assert {r["name"]: r["state"] for r in ls}["qs-svc"] == "finished", "ls and show agree"
+    # Credentials and store settings travel in a file the job deletes, not in its metadata.
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "job",
+            "list",
+            "--address",
+            svc.info["jobs_api"],
+        ],  # noqa: E501
+        env={**svc.env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": svc.info["token_file"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert sub["job_id"] in listed, listed[-2000:]
+    assert not {"optuna.db", "mlflow.db", "SWEEPS_STORAGE"} & set(listed.replace("'", " ").split())
+    assert "optuna.db" not in listed and "SWEEPS_STORAGE" not in listed
+
+
+def _byo_spec(path: Path, name: str, trials: int, epochs: int = 1, sleep: float = 0.0) -> str:
+    task = "worker_pid" if not sleep else "slow"
+    path.write_text(
+        f"name: {name}\n"
+        "search_space: {lr: {type: float, low: 0.001, high: 0.02}}\n"
+        "sampler: {name: random, seed: 4}\n"
+        "pruner: {name: none}\n"
+        f"budget: {{trials: {trials}, parallel: 1}}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:{task}', code_dir: '{BYO}', epochs: {epochs}, "
+        f"params: {{sleep: {sleep}}}}}\n"
+    )
+    return str(path)
+
+
+def _lanes_and_pids(svc: Svc, name: str) -> tuple[set[str], set[float]]:
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=svc.storage)
+    client = MlflowClient(svc.tracking)
+    lanes = {t.user_attrs["sweeps.lane"] for t in study.trials}
+    pids = {
+        client.get_run(t.user_attrs["mlflow_run_id"]).data.metrics["worker_pid"]
+        for t in study.trials
+    }
+    return lanes, pids
+
+
+def test_the_next_sweep_runs_on_the_first_ones_warm_worker_processes(svc, tmp_path):
+    for name in ("warm-a", "warm-b"):
+        svc.cli("submit", _byo_spec(tmp_path / f"{name}.yaml", name, trials=3))
+        assert svc.wait(name, ("finished", "failed"))["state"] == "finished"
+    lanes_a, pids_a = _lanes_and_pids(svc, "warm-a")
+    lanes_b, pids_b = _lanes_and_pids(svc, "warm-b")
+    assert len(lanes_a) == 1 and lanes_b == lanes_a, "the second sweep took the first's lane"
+    assert len(pids_a) == 1 and pids_b == pids_a, "...and its worker process"
+
+
+def test_a_sweep_with_its_own_code_runs_it_not_the_code_of_the_job_before(svc, tmp_path):
+    # The service's lane host was started by an earlier job: lanes must get this job's code,
+    # not the working dir that host inherited. A script as a user writes one.
+    code = tmp_path / "own"
+    code.mkdir()
+    (code / "helpers.py").write_text("MARK = 0.25\n")
+    (code / "own_task.py").write_text(
+        "import sweeps\n"
+        "from helpers import MARK\n\n\n"
+        "def train(config):\n"
+        "    sweeps.report({'val_accuracy': MARK})\n"
+        "    return {'val_accuracy': MARK}\n"
+    )
+    spec = tmp_path / "own.yaml"
+    spec.write_text(
+        "name: own-code\n"
+        "search_space: {lr: {type: float, low: 0.001, high: 0.02}}\n"
+        "pruner: {name: none}\n"
+        "budget: {trials: 2, parallel: 1}\n"
+        f"trainer: {{entrypoint: 'own_task:train', code_dir: '{code}', epochs: 1}}\n"
+    )
+    svc.cli("submit", str(spec))
+    doc = svc.wait("own-code", ("finished", "failed"))
+    assert doc["state"] == "finished", svc.cli("logs", "own-code", "--driver", check=False).stdout
+    assert doc["best"]["value"] == 0.25
+
+
+def test_a_client_that_is_no_ray_node_submits_shows_follows_and_cancels(svc, tmp_path):
+    env = {
+        **{k: v for k, v in svc.env.items() if k != "SWEEPS_HOME"},
+        "SWEEPS_HOME": str(tmp_path / "elsewhere"),  # no service recorded here
+        "SWEEPS_STORAGE": svc.storage,
+        "MLFLOW_TRACKING_URI": svc.tracking,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": svc.info["token_file"],
+    }
+    addr = ["--address", svc.info["jobs_api"]]
+    spec = _byo_spec(tmp_path / "remote.yaml", "remote", trials=20, epochs=50, sleep=0.2)
+    sub = json.loads(svc.cli("submit", spec, *addr, "--json", env=env).stdout)
+    assert sub["address"] == svc.info["jobs_api"]
+    end = time.time() + 300
+    while time.time() < end:
+        doc = json.loads(svc.cli("show", "remote", "--json", env=env).stdout)
+        if doc["state"] == "running" and doc["counts"].get("RUNNING"):
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"the remote sweep never ran a trial: {doc}")
+    log = svc.cli("logs", "remote", "--driver", *addr, env=env).stdout
+    assert isinstance(log, str)
+    r = svc.cli("cancel", "remote", *addr, env=env, timeout=180)
+    assert "cancelled" in r.stdout
+    doc = api.show("remote", svc.storage)
+    assert doc["state"] == "cancelled", doc
+    assert not doc["counts"].get("RUNNING"), "nothing left RUNNING"
+    client = MlflowClient(svc.tracking)
+    for t in doc["trials"]:
+        if t["state"] == "FAIL":
+            assert client.get_run(t["mlflow_run_id"]).info.status in ("KILLED", "FAILED")
+
+
+def test_zz_down_stops_what_up_started_and_nothing_else(svc):
+    pids = _service_pids(svc.home)
+    assert pids, "the service's processes are recorded"
+    r = svc.cli("down")
+    assert "ray" in r.stdout
+    time.sleep(2)
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    assert not alive, f"still running: {alive}"
+    left = subprocess.run(["pgrep", "-f", svc.info["ray_address"]], capture_output=True, text=True)
+    assert not left.stdout.strip(), f"Ray processes of the service still run: {left.stdout}"
+
+
+def _service_pids(home: Path) -> list[int]:
+    raw = json.loads((home / "service" / "service.json").read_text())
+    return [p for p in (raw.get("ray_pid"), raw.get("mlflow_pid")) if p]
