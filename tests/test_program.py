@@ -61,7 +61,7 @@ def _run(settings, params, ctx=None):
         runtime._set_context(None)
 
 
-def _prune_at(monkeypatch, step, seen):
+def _prune_at(monkeypatch, step, seen, script):
     """The real report; at `step` the pruner says stop (and we note the script's processes)."""
     real = runtime.report
 
@@ -69,17 +69,24 @@ def _prune_at(monkeypatch, step, seen):
         real(metrics, **kw)
         seen.append((runtime.context().step, dict(metrics)))
         if runtime.context().step == step:
-            procs = []
-            for c in psutil.Process().children(recursive=True):
-                try:
-                    procs.append((c, " ".join(c.cmdline())))
-                except psutil.NoSuchProcess:
-                    pass
-            seen.append(procs)
+            seen.append(_script_group(script))
             seen.append(time.monotonic())
             raise runtime.TrialPruned(f"pruned at step {step}")
 
     monkeypatch.setattr(runtime, "report", report)
+
+
+def _script_group(script: str) -> list[tuple[psutil.Process, str]]:
+    """The trial's script and every process in its process group. Only those: the test process
+    may also be the parent of a Ray cluster another test started, whose processes live on."""
+    procs = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            procs.append((c, " ".join(c.cmdline()), os.getpgid(c.pid)))
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+    groups = {g for _, cmd, g in procs if script in cmd}
+    return [(c, cmd) for c, cmd, g in procs if g in groups]
 
 
 class _Remote:
@@ -163,7 +170,7 @@ def test_a_failing_rank_stops_the_others(monkeypatch):
 
 def test_pruned_script_and_its_process_group_are_stopped(monkeypatch):
     seen: list = []
-    _prune_at(monkeypatch, 2, seen)
+    _prune_at(monkeypatch, 2, seen, "train.py")
     s = _settings(ANY, ["${interpreter}", "train.py", "${args}", "--epochs=100000"])
     with pytest.raises(runtime.TrialPruned):
         _run(s, {"lr": 0.05})
@@ -177,7 +184,7 @@ def test_pruned_script_and_its_process_group_are_stopped(monkeypatch):
 
 def test_a_script_that_ignores_sigterm_is_killed_after_the_grace_period(monkeypatch):
     seen: list = []
-    _prune_at(monkeypatch, 2, seen)
+    _prune_at(monkeypatch, 2, seen, "stubborn.py")
     s = _settings(SCRIPTS, ["${interpreter}", "stubborn.py"], stop_grace_s=1)
     with pytest.raises(runtime.TrialPruned):
         _run(s, {"lr": 0.05})
