@@ -281,8 +281,13 @@ def gcs_bucket(emulator: str, name: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    os.environ["STORAGE_EMULATOR_HOST"] = emulator
-    client = storage.Client(project="test", credentials=AnonymousCredentials())
+    # The endpoint as a client option, not os.environ: a variable left set here would reach
+    # every Ray process started later in the session and hide a lane that never got it.
+    client = storage.Client(
+        project="test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": emulator},
+    )
     try:
         return client.create_bucket(name)
     except Exception:

@@ -67,3 +67,14 @@ def test_sweep_experiment_defaults_to_mlflow_experiment_name(clean_env, tmp_path
         tracker.close()
     exp = MlflowClient(uri).get_experiment(ctx.experiment_id)
     assert exp.name == "team-exp"
+
+
+def test_checkpoint_storage_follows_the_lanes_environment_not_the_hosts(monkeypatch):
+    from sweeps.execution.storage import filesystem
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    # The lane host may predate the variable: the lane's own env must decide.
+    fs, path = filesystem("gs://b/ckpt", {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"})
+    assert type(fs).__name__ == "GcsFileSystem" and path == "b/ckpt"
+    assert filesystem("gs://b/ckpt", {}) == (None, "gs://b/ckpt")  # pyarrow's default: real GCS
+    assert filesystem("/tmp/ckpt") == (None, "/tmp/ckpt")

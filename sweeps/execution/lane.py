@@ -82,7 +82,8 @@ def make_trainer(lane: Lane, conf: LaneConfig) -> Any:
         resources_per_worker=resources,
         placement_strategy=lane.shape.placement.upper(),
     )
-    storage_fs, storage_path = filesystem(conf.storage_path)
+    lane_env = (conf.runtime_env or {}).get("env_vars") or {}
+    storage_fs, storage_path = filesystem(conf.storage_path, lane_env)
     config = {
         **conf.train_config,
         "lane_id": lane.lane_id,

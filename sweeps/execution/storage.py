@@ -8,12 +8,17 @@ through here so a `gs://` URI means the same bucket everywhere.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 
-def filesystem(uri: str) -> tuple[Any, str]:
-    """(pyarrow filesystem or None, path within it) for a storage URI."""
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+def filesystem(uri: str, env: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    """(pyarrow filesystem or None, path within it) for a storage URI.
+
+    `env`: the lane's environment. The lane's RunConfig is built in the lane host, a process
+    that may predate this sweep (a service's, or a Ray started before the variable was set):
+    its own environment would send gs:// to the real GCS, where pyarrow retries for 15 min."""
+    emulator = (env or {}).get("STORAGE_EMULATOR_HOST") or os.environ.get("STORAGE_EMULATOR_HOST")
     if uri.startswith("gs://") and emulator:
         from pyarrow.fs import GcsFileSystem
 
