@@ -88,7 +88,6 @@ class BudgetPolicy:
                 False,
                 f"money budget: spent ${spent:.4f} of ${b.max_cost_usd:g}; the next trial "
                 f"is forecast to cross it",
-                ends_as="stopped",
             )
         gpuh = sum(self.gpu_hours)
         if b.max_gpu_hours is not None and forecast_exceeds(
@@ -98,14 +97,13 @@ class BudgetPolicy:
                 False,
                 f"GPU budget: {gpuh:.4f} of {b.max_gpu_hours:g} GPU-hours used; the next "
                 f"trial is forecast to cross it",
-                ends_as="stopped",
             )
         return LaunchDecision(True, "", remaining)
 
     def timed_out(self, elapsed_s: float) -> LaunchDecision | None:
         t = self.budget.timeout_s
         if t and elapsed_s > t:
-            return LaunchDecision(False, f"timeout after {t:g} s", ends_as="stopped")
+            return LaunchDecision(False, f"timeout after {t:g} s")
         return None
 
     def hard_crossed(self, live_cost: float, live_gpu_hours: float) -> LaunchDecision | None:

@@ -59,7 +59,8 @@ class Finished(SweepState):
 
 @dataclass(frozen=True)
 class Stopped(SweepState):
-    """Ended before its trial budget: `sweeps stop`, a time or money limit."""
+    """Ended early by a person or a hard limit: `sweeps stop`, or a hard budget that cancelled
+    running trials. A budget reached (trials, money, GPU-hours, time) is `finished`."""
 
     name: ClassVar[str] = "stopped"
     terminal: ClassVar[bool] = True

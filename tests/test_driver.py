@@ -118,7 +118,7 @@ def test_the_trial_budget_stops_lanes_and_the_sweep_finishes():
     assert h.study.user_attrs["sweeps.state"] == "finished"
 
 
-def test_a_timeout_drains_and_the_sweep_ends_stopped():
+def test_a_timeout_drains_and_the_sweep_ends_finished():
     h = _started(budget={"trials": 10, "parallel": 1, "timeout_s": 60})
     (lane,) = h.lanes
     h.run_trial(lane, [0.5])
@@ -127,7 +127,7 @@ def test_a_timeout_drains_and_the_sweep_ends_stopped():
     assert isinstance(h.next(lane), Stop)
     h.end_lane(lane)
     out = h.driver.finish()
-    assert out.state == "stopped" and "timeout after 60 s" in out.reason
+    assert out.state == "finished" and "timeout after 60 s" in out.reason
 
 
 def test_the_target_value_ends_the_search_early():
@@ -156,7 +156,7 @@ def test_the_money_budget_stops_before_a_trial_forecast_to_cross_it(tmp_path, mo
     stop = h.next(lane)
     assert isinstance(stop, Stop) and "money budget" in stop.reason
     h.end_lane(lane)
-    assert h.driver.finish().state == "stopped"
+    assert h.driver.finish().state == "finished"  # a budget reached, as with trials
 
 
 def test_a_lane_that_dies_fails_its_trial_and_is_replaced():
