@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.exc
 from conftest import BYO
 from mlflow.tracking import MlflowClient
 from services import TwoNodes
@@ -58,13 +59,15 @@ def test_a_lost_node_costs_only_the_work_since_the_last_checkpoint(cluster, tmp_
     storage = f"sqlite:///{home}/optuna.db"
     deadline = time.time() + 300
     while time.time() < deadline:
+        time.sleep(0.5)
+        if not (home / "optuna.db").exists():
+            continue  # the driver has not created its store yet (opening it here would)
         try:
             steps = optuna.load_study(study_name="node-lost", storage=storage).trials[0]
             if len(steps.intermediate_values) >= 5:
                 break
-        except (KeyError, IndexError, ValueError):
-            pass
-        time.sleep(0.5)
+        except (KeyError, IndexError, ValueError, sqlalchemy.exc.OperationalError):
+            pass  # no study or trial yet, or the schema is being created right now
     else:
         p.kill()
         raise AssertionError("the trial never reached epoch 5")
