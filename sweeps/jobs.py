@@ -264,11 +264,13 @@ def _drive(spec_path: str) -> int:
     from sweeps.quietlogs import quiet
     from sweeps.runner import run_sweep
     from sweeps.spec import load_spec
+    from sweeps.summary import counts_text
 
     quiet()  # the driver's log (`sweeps logs --driver`) shows the sweep, as a terminal would
     spec = load_spec(spec_path)
     outcome = run_sweep(spec, from_process_start=True)
-    print(f"{outcome.name}: {outcome.state} ({outcome.reason}); {outcome.summary.counts}")
+    counts = counts_text(outcome.summary.counts)
+    print(f"{outcome.name}: {outcome.state} ({outcome.reason}); {counts}")
     return {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 
 def verbose() -> bool:
@@ -47,3 +48,36 @@ def quiet(verbose: bool = False) -> None:
     if not verbose:
         warnings.simplefilter("ignore")
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # and in the processes we start
+
+
+# What Ray's job supervisor and raylet write into a job's log around the driver's own output:
+# "2026-12-03 16:53:15,286<TAB>INFO job_manager.py:581 -- Runtime env is setting up.",
+# "Running entrypoint for job ...", "(raylet) WARNING: 8 PYTHON worker processes ...".
+_RAY_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d [\d:,.]+\s+[A-Z]+ \w+\.py:\d+ -- |\(raylet\)|Running entrypoint for job )"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class DriverLogFilter:
+    """Keeps the sweep's lines of a driver log that arrives in chunks and drops Ray's (unless
+    `keep_all`, for `-v`). A line split across two chunks is held until its end arrives."""
+
+    def __init__(self, keep_all: bool = False) -> None:
+        self.keep_all = keep_all
+        self._partial = ""
+
+    def feed(self, chunk: str) -> str:
+        if self.keep_all:
+            return chunk
+        lines = (self._partial + chunk).split("\n")
+        self._partial = lines.pop()
+        return "".join(f"{line}\n" for line in lines if self._keep(line))
+
+    def close(self) -> str:
+        rest, self._partial = self._partial, ""
+        return rest if rest and self._keep(rest) else ""
+
+    @staticmethod
+    def _keep(line: str) -> bool:
+        return not _RAY_LINE.match(_ANSI.sub("", line))

@@ -16,6 +16,11 @@ def counts(study: Any) -> dict[str, int]:
     return out
 
 
+def counts_text(c: dict[str, int]) -> str:
+    """'complete 9, pruned 3': the counts as the terminal and the driver's log show them."""
+    return ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())) or "no trials"
+
+
 def summarize(study: Any, name: str, state: Any, book: Any, wall_s: float) -> SweepSummary:
     """The summary of a sweep that ended in `state`; spend is this driver's (the book's)."""
     c = counts(study)

@@ -178,9 +178,13 @@ def logs(
     from sweeps.errors import NotFoundError
 
     if driver:
+        from sweeps.quietlogs import DriverLogFilter, verbose
+
+        shown = DriverLogFilter(keep_all=verbose())  # Ray's job-supervisor lines only with -v
         for chunk in api.driver_logs(name, follow, storage, address):
-            sys.stdout.write(chunk)
+            sys.stdout.write(shown.feed(chunk))
             sys.stdout.flush()
+        sys.stdout.write(shown.close())
         return
     while True:  # -f before the first trial: wait for one
         try:

@@ -304,8 +304,9 @@ def _progress(spec: Any) -> Any:
 
 
 def print_summary(doc: dict[str, Any], outcome: Any) -> None:
-    c = doc["counts"]
-    counts = ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())) or "no trials"
+    from sweeps.summary import counts_text
+
+    counts = counts_text(doc["counts"])
     out.print(
         f"[bold]{doc['name']}[/]: {outcome.state} ({outcome.reason}); {counts}",
         highlight=False,
