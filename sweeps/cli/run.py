@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 
@@ -122,6 +123,7 @@ def run(
         s = _load(spec, overrides, name)
     api.validate_spec(s)
     queued = _read_enqueue(enqueue) if enqueue else None
+    json_out = _json_stdout() if as_json else None
     progress = None if as_json else _progress(s)
     try:
         outcome = api.run(
@@ -133,7 +135,16 @@ def run(
         raise
     if progress:
         progress.close()
-    _finish(outcome, as_json, profile=profile)
+    _finish(outcome, json_out, profile=profile)
+
+
+def _json_stdout() -> TextIO:
+    """With --json, stdout carries the one JSON document and nothing else: from here to the
+    process's exit, whatever our libraries print there (Ray's "(raylet) The node ... marked dead"
+    comes from its own thread, even after the sweep) goes to stderr. Returns the real stdout."""
+    real = sys.stdout
+    sys.stdout = sys.stderr
+    return real
 
 
 def _load(path: Path, overrides: list[str], name: str | None) -> Any:
@@ -148,17 +159,19 @@ def _load(path: Path, overrides: list[str], name: str | None) -> Any:
     return s
 
 
-def _finish(outcome: Any, as_json: bool, whole: bool = False, profile: bool = False) -> None:
+def _finish(
+    outcome: Any, json_out: TextIO | None, whole: bool = False, profile: bool = False
+) -> None:
     """Print the outcome of a run/resume and exit with its code."""
     from sweeps import api, timeline
 
     doc = api.show(outcome.name, outcome.storage_url)
     for e in outcome.errors[:3]:
         err.print(f"[yellow]warning:[/] tracking write failed: {e}", highlight=False)
-    if as_json:
+    if json_out:
         keys = doc if whole else ("name", "best", "trials", "mlflow_experiment_id", "parent_run_id")
         extra = {"state": outcome.state, "stop_reason": outcome.reason}
-        print(api.dumps({k: doc[k] for k in keys} | extra))
+        print(api.dumps({k: doc[k] for k in keys} | extra), file=json_out, flush=True)
     else:
         print_summary(doc, outcome)
     if profile:
@@ -367,5 +380,6 @@ def resume(
     """Finish a sweep whose driver died: stale RUNNING trials are re-queued, budget completed."""
     from sweeps import api
 
+    json_out = _json_stdout() if as_json else None
     outcome = api.resume(name, storage)
-    _finish(outcome, as_json, whole=True)
+    _finish(outcome, json_out, whole=True)
