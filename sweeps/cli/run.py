@@ -138,11 +138,15 @@ def run(
     _finish(outcome, json_out, profile=profile)
 
 
+_REAL_STDOUT: list[TextIO] = []
+
+
 def _json_stdout() -> TextIO:
     """With --json, stdout carries the one JSON document and nothing else: from here to the
     process's exit, whatever our libraries print there (Ray's "(raylet) The node ... marked dead"
     comes from its own thread, even after the sweep) goes to stderr. Returns the real stdout."""
     real = sys.stdout
+    _REAL_STDOUT.append(real)  # kept referenced: a text wrapper that is collected closes its file
     sys.stdout = sys.stderr
     return real
 
