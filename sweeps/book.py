@@ -124,11 +124,15 @@ class TrialBook:
             self.study.set_user_attr(f"sweeps.run_of_trial.{number}", run_id)
 
     def _await_run(self, rec: TrialRecord, timeout: float = 10.0) -> None:
-        """Before a trial is told (read-only after), give its run's creation a moment."""
+        """Before a trial is told (read-only after), give its run's creation a moment. `rec` has
+        left `running` by now, so link_run cannot find it: its run id is set here (missing that
+        cost a tiny trial whose run came late the whole timeout; 1,000 of them took 594 s)."""
         deadline = time.monotonic() + timeout
         while rec.run_id is None and time.monotonic() < deadline:
             for trial_id, run_id in self.tracker.created_runs():
                 self.link_run(trial_id, run_id)
+                if trial_id == rec.trial_id:
+                    rec.run_id = run_id
             if rec.run_id is None:
                 time.sleep(0.02)
 

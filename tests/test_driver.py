@@ -77,6 +77,29 @@ def test_a_finished_trial_is_complete_with_its_value_and_cost_attrs():
     assert end.state == "COMPLETE" and end.values == [0.7]
 
 
+def test_a_run_created_after_its_trial_ended_is_linked_at_once():
+    """The tracker's writer thread may create a tiny trial's MLflow run only after the trial's
+    Finished arrived: the driver links it as soon as it appears, not after its 10 s wait."""
+    h = _started()
+    (lane,) = h.lanes
+    held: list[tuple[int, str]] = []
+    created_runs = h.tracker.created_runs
+    release_at = time.monotonic() + 0.5
+
+    def late() -> list[tuple[int, str]]:  # runs appear half a second late
+        held.extend(created_runs())
+        if time.monotonic() < release_at:
+            return []
+        out, held[:] = list(held), []
+        return out
+
+    h.tracker.created_runs = late
+    t0 = time.monotonic()
+    a = h.run_trial(lane, [0.5])
+    assert time.monotonic() - t0 < 5, "finish waited out the run's creation timeout"
+    assert h.trial(a.trial_number).user_attrs["mlflow_run_id"] == f"run-{a.trial_number}"
+
+
 def test_a_missing_objective_metric_cancels_and_fails_the_trial():
     h = _started()
     (lane,) = h.lanes
