@@ -19,12 +19,14 @@ def test_four_drivers_fifty_trials_each_on_postgres(postgres, home, monkeypatch)
     mlflow_url = postgres.create_database("mlflow_load")
     monkeypatch.setenv("SWEEPS_STORAGE", optuna_url)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_url)
+    # Trials of 0.3 s: the first driver must not use up the budget before the other three
+    # have their lanes up (15-30 s on 2 cores); tiny trials now take ~0.15 s each.
     spec = byo(
-        "curve",
+        "slow",
         name="load",
         budget={"trials": 200, "parallel": 1},
         sampler={"name": "random", "seed": 0},
-        trainer={"epochs": 1},
+        trainer={"epochs": 1, "params": {"sleep": 0.3}},
     )
     # One driver creates the study and the MLflow schema; then four work it together.
     outs: list = []
