@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
 
 def verbose() -> bool:
@@ -50,15 +49,6 @@ def quiet(verbose: bool = False) -> None:
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # and in the processes we start
 
 
-# What Ray's job supervisor and raylet write into a job's log around the driver's own output:
-# "2026-12-03 16:53:15,286<TAB>INFO job_manager.py:581 -- Runtime env is setting up.",
-# "Running entrypoint for job ...", "(raylet) WARNING: 8 PYTHON worker processes ...".
-_RAY_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d [\d:,.]+\s+[A-Z]+ \w+\.py:\d+ -- |\(raylet\)|Running entrypoint for job )"
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 class DriverLogFilter:
     """Keeps the sweep's lines of a driver log that arrives in chunks and drops Ray's (unless
     `keep_all`, for `-v`). A line split across two chunks is held until its end arrives."""
@@ -80,4 +70,6 @@ class DriverLogFilter:
 
     @staticmethod
     def _keep(line: str) -> bool:
-        return not _RAY_LINE.match(_ANSI.sub("", line))
+        from sweeps.runtime import is_ray_line  # the same test as a trial's output gets
+
+        return not is_ray_line(line)

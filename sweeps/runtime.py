@@ -122,16 +122,23 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
         ctx.extras["last_ckpt"] = time.monotonic()
 
 
-# Lines Ray's own libraries print into a trial's output (its logging format), not the user's.
+# Lines Ray's own libraries print into a trial's output or a job's log (its logging format, the
+# raylet's lines, the job supervisor's "Running entrypoint ..."), not the user's.
 _RAY_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING|ERROR|DEBUG) \S+\.py:\d+ -- "
-    r"|\(\w+ pid=\d+|\[\d{4}-\d\d-\d\d .*\] \(raylet\))"
+    r"|\(\w+ pid=\d+|\[\d{4}-\d\d-\d\d .*\] \(raylet\)|\(raylet\)|Running entrypoint for job )"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def is_ray_line(line: str) -> bool:
+    """Pure: whether a line is Ray's own (colour codes ignored)."""
+    return bool(_RAY_LINE.match(_ANSI.sub("", line)))
 
 
 def clean_output(text: str) -> str:
     """Pure: a trial's output without Ray's own log lines."""
-    return "".join(line for line in text.splitlines(True) if not _RAY_LINE.match(line))
+    return "".join(line for line in text.splitlines(True) if not is_ray_line(line))
 
 
 def ship_output(ctx: TrialContext, final: bool = False) -> None:
