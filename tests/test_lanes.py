@@ -14,12 +14,16 @@ def _trials(name: str) -> list[dict]:
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_trials_over_two_lanes_run_once_with_their_own_params_and_fresh_weights(home):
+def test_trials_over_two_lanes_run_once_with_their_own_params_and_fresh_weights(home, tmp_path):
+    meet = tmp_path / "meet"
+    meet.mkdir()
     spec = byo(
         "init_weights",
         name="lanes",
         budget={"trials": 8, "parallel": 2},
         sampler={"name": "random", "seed": 5},
+        # Each lane's first trial waits for the other lane's: see byo_tasks._meet_other_lanes.
+        trainer={"params": {"meet_dir": str(meet)}},
     )
     out = api.run(spec, install_signals=False)
     assert out.state == "finished"

@@ -28,12 +28,29 @@ def init_weights(config):
     from trainer.models import build_model
 
     ctx = sweeps.context()
+    if config.get("meet_dir"):
+        _meet_other_lanes(config["meet_dir"], int(config.get("lanes", 2)), ctx.rank)
     torch.manual_seed(ctx.seed)
     m = build_model("mlp", (1, 8, 8), 10, hidden=16, layers=1)
     s = float(sum(p.double().sum() for p in m.parameters()))
     # Leak-bait: a module-level list would carry state across trials; the lane must not care.
     sweeps.report({"val_accuracy": 0.5, "weights_sum": s, "seed": float(ctx.seed)})
     return {"val_accuracy": 0.5, "weights_sum": s}
+
+
+def _meet_other_lanes(meet_dir: str, lanes: int, rank: int, timeout_s: float = 120.0) -> None:
+    """Holds a lane's first trial until `lanes` lanes have each started one (rank 0 counts).
+
+    Tiny trials can finish the whole budget on the first lane before the second is up; this
+    makes "every lane takes trials" a property of the dispatch, not of the machine's speed.
+    A lane that never gets a trial leaves its marker unwritten, so the wait times out and the
+    test's assertion fails.
+    """
+    if rank == 0:  # a lane's worker processes live on across its trials: one marker per lane
+        open(os.path.join(meet_dir, f"lane-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + timeout_s
+    while len(os.listdir(meet_dir)) < lanes and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def flaky(config):
