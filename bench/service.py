@@ -47,7 +47,7 @@ def _sweep(env: dict[str, str], home: str, name: str, trials: int, epochs: int) 
         "--set",
         f"trainer.epochs={epochs}",
         "--set",
-        "pruner={name: none}",  # the whole pruner: quickstart's options are the median's
+        "pruner.name=none",  # the median's options are dropped with a note
     )
     storage = f"sqlite:///{home}/optuna.db"
     first = None

@@ -52,34 +52,63 @@ def sampler_option_names(name: str) -> set[str]:
     return set(inspect.signature(cls).parameters) - {"seed", "search_space"}
 
 
-def adapt_sampler_options(spec: Spec, overrides: list[str]) -> tuple[Spec, list[str]]:
-    """After `--set sampler.name=X`, drop the spec's sampler options that X does not take.
+def _pruner_classes() -> dict[str, Any]:
+    import optuna
 
-    The options in a spec file were written for the sampler named there; switching samplers
-    from the command line should not make them errors. Only when `sampler.name` is overridden
-    and the options are not (`--set sampler.options=...` keeps them all); an option set with
+    P = optuna.pruners  # noqa: N806
+    return {
+        "median": P.MedianPruner,
+        "percentile": P.PercentilePruner,
+        "successive_halving": P.SuccessiveHalvingPruner,
+        "hyperband": P.HyperbandPruner,
+        "patient": P.PatientPruner,
+        "none": P.NopPruner,
+    }
+
+
+def pruner_option_names(name: str) -> set[str]:
+    """The options pruner `name` takes; `patient`'s inner pruner comes from `wraps`."""
+    cls = _pruner_classes()[name]
+    return set(inspect.signature(cls).parameters) - {"wrapped_pruner"}
+
+
+def adapt_options(spec: Spec, overrides: list[str]) -> tuple[Spec, list[str]]:
+    """After `--set sampler.name=X` (or `pruner.name=X`), drop the spec's options that X does
+    not take.
+
+    The options in a spec file were written for the sampler (pruner) named there; switching it
+    from the command line should not make them errors. Only when the name is overridden and the
+    options are not (`--set sampler.options=...` keeps them all); an option set with
     `--set sampler.options.KEY=...` is the user's and stays, so a wrong one is still an error.
     Returns the spec (unchanged if nothing dropped) and one note per dropped option.
     """
     from sweeps.spec import parse_overrides
 
     keys = [k for k, _ in parse_overrides(overrides)]
-    if "sampler.name" not in keys or "sampler.options" in keys or "sampler" in keys:
-        return spec, []
-    explicit = {
-        k.removeprefix("sampler.options.") for k in keys if k.startswith("sampler.options.")
-    }
-    name = spec.sampler.name
-    takes = sampler_option_names(name)
-    kept = {k: v for k, v in spec.sampler.options.items() if k in takes or k in explicit}
-    dropped = [k for k in spec.sampler.options if k not in kept]
-    if not dropped:
-        return spec, []
-    sampler = spec.sampler.model_copy(update={"options": kept})
-    notes = [
-        f"note: sampler.options.{k} dropped: sampler '{name}' does not take it" for k in dropped
-    ]
-    return spec.model_copy(update={"sampler": sampler}), notes
+    notes: list[str] = []
+    for section, option_names in (
+        ("sampler", sampler_option_names),
+        ("pruner", pruner_option_names),
+    ):
+        if f"{section}.name" not in keys or f"{section}.options" in keys or section in keys:
+            continue
+        explicit = {
+            k.removeprefix(f"{section}.options.")
+            for k in keys
+            if k.startswith(f"{section}.options.")
+        }
+        part = getattr(spec, section)
+        takes = option_names(part.name)
+        kept = {k: v for k, v in part.options.items() if k in takes or k in explicit}
+        dropped = [k for k in part.options if k not in kept]
+        if not dropped:
+            continue
+        spec = spec.model_copy(update={section: part.model_copy(update={"options": kept})})
+        notes += [
+            f"note: {section}.options.{k} dropped: {section} '{part.name}' does not take it"
+            for k in dropped
+        ]
+    return spec, notes
 
 
 def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
@@ -127,20 +156,12 @@ def tpe_options(spec: Spec) -> dict[str, Any]:
 
 
 def make_pruner(p: PrunerSpec, where: str = "pruner") -> optuna.pruners.BasePruner:
-    import optuna
-
-    table: dict[str, Any] = {
-        "median": optuna.pruners.MedianPruner,
-        "percentile": optuna.pruners.PercentilePruner,
-        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-        "none": optuna.pruners.NopPruner,
-    }
+    table = _pruner_classes()
     if p.name == "patient":
         inner = make_pruner(p.wraps, f"{where}.wraps") if p.wraps else None
         if "patience" not in p.options:
             raise SpecError(f"{where}.options.patience: required for the patient pruner")
-        return _build(optuna.pruners.PatientPruner, where, p.options, wrapped_pruner=inner)
+        return _build(table["patient"], where, p.options, wrapped_pruner=inner)
     if p.name == "percentile" and "percentile" not in p.options:
         return _build(table[p.name], where, p.options, percentile=25.0)
     return _build(table[p.name], where, p.options)

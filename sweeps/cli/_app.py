@@ -6,6 +6,7 @@ below prints one line and exits 2 for bad input, 1 for failures at run time, 130
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -48,6 +49,18 @@ app = typer.Typer(
     help="Hyperparameter sweeps for PyTorch: Optuna drives, Ray Train runs, MLflow remembers.",
     pretty_exceptions_enable=False,
 )
+
+
+def load_noting(path: Path, overrides: list[str], name: str | None) -> Any:
+    """Load a spec with --set overrides; a sampler or pruner switched by --set loses the
+    options it does not take, with one note per option on stderr."""
+    from sweeps.samplers import adapt_options
+    from sweeps.spec import load_spec
+
+    s, notes = adapt_options(load_spec(path, overrides, name=name), overrides)
+    for note in notes:
+        err.print(note, highlight=False, soft_wrap=True)
+    return s
 
 
 def fmt(v: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import typer
 
-from sweeps.cli._app import app, err, fmt, out
+from sweeps.cli._app import app, err, fmt, load_noting, out
 from sweeps.errors import SpecError, one_line
 
 AIP = "Legacy AI Platform jobs (gcloud's flags)"
@@ -120,7 +120,7 @@ def run(
     elif config is not None:
         raise SpecError("--config: only with --aiplatform (gcloud's job config)")
     else:
-        s = _load(spec, overrides, name)
+        s = load_noting(spec, overrides, name)
     api.validate_spec(s)
     queued = _read_enqueue(enqueue) if enqueue else None
     json_out = _json_stdout() if as_json else None
@@ -149,18 +149,6 @@ def _json_stdout() -> TextIO:
     _REAL_STDOUT.append(real)  # kept referenced: a text wrapper that is collected closes its file
     sys.stdout = sys.stderr
     return real
-
-
-def _load(path: Path, overrides: list[str], name: str | None) -> Any:
-    """Load a spec with --set overrides; a sampler switched by --set loses the options it does
-    not take, with one note per option on stderr."""
-    from sweeps.samplers import adapt_sampler_options
-    from sweeps.spec import load_spec
-
-    s, notes = adapt_sampler_options(load_spec(path, overrides, name=name), overrides)
-    for note in notes:
-        err.print(note, highlight=False, soft_wrap=True)
-    return s
 
 
 def _finish(
@@ -352,7 +340,7 @@ def validate(
     from sweeps import api
     from tracking.costs import cost_line, spec_cost_facts
 
-    s = _load(spec, list(set_), None)
+    s = load_noting(spec, list(set_), None)
     api.validate_spec(s)
     facts = spec_cost_facts(s)
     if as_json:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sweeps.cli._app import app, out
+from sweeps.cli._app import app, load_noting, out
 
 ADDRESS = typer.Option(
     None, "--address", help="Jobs API of a cluster, http://HOST:8265 (default: `sweeps up`'s)."
@@ -55,14 +55,13 @@ def submit(
 ) -> None:
     """Submit a sweep to the service and return: it goes on when this terminal closes."""
     from sweeps import api
-    from sweeps.spec import load_spec
 
     overrides = list(set_)
     if trials is not None:
         overrides.append(f"budget.trials={trials}")
     if parallel is not None:
         overrides.append(f"budget.parallel={parallel}")
-    s = load_spec(spec, overrides, name=name)
+    s = load_noting(spec, overrides, name)
     api.validate_spec(s)
     doc = api.submit(s, address=address)
     if as_json:
