@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -24,9 +25,13 @@ NAME = "honest"
 EPOCHS = 3
 
 
-def _cli(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _cli(
+    home: Path, *args: str, timeout: float = 600, ray_tmp: str | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEPS_", "RAY_ADDRESS"))}
     env["SWEEPS_HOME"] = str(home)
+    if ray_tmp:
+        env["RAY_TMPDIR"] = ray_tmp
     return subprocess.run(
         [sys.executable, "-m", "sweeps.cli", *args],
         env=env,
@@ -50,14 +55,41 @@ def swept(tmp_path_factory):
         "resources: {workers: 2, cpus_per_worker: 1}\n"
         f"trainer: {{entrypoint: 'byo_tasks:chatty', code_dir: '{BYO}', epochs: {EPOCHS}}}\n"
     )
-    first = _cli(home, "run", str(spec))
+    # Its own Ray temp dir (short: Ray's socket paths must fit in 107 bytes), to find its
+    # processes by.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-honest-", dir="/tmp")
+    first = _cli(home, "run", str(spec), ray_tmp=ray_tmp)
     assert first.returncode == 0, first.stderr[-3000:]
-    return home, spec, first
+    return home, spec, first, ray_tmp
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended while we looked
+        if text in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+def test_the_sweeps_ray_ends_with_the_process(swept):
+    """`sweeps run` exits as soon as the sweep is recorded, without Ray's teardown: the local
+    cluster it started must still end with it (Ray started it fate-shared), not linger."""
+    *_, ray_tmp = swept
+    assert os.listdir(ray_tmp), "the sweep's Ray used this temp dir"
+    deadline = time.monotonic() + 30
+    while (left := _processes_naming(ray_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left
 
 
 def test_the_terminal_shows_the_sweep_not_our_dependencies(swept):
     """Item 19: no Ray/MLflow/Optuna warnings, no download bars; the last line says the state."""
-    _, _, first = swept
+    _, _, first, _ = swept
     both = first.stdout + first.stderr
     for noise in ("WARNING", "There are no complete trials", "pickle", "Downloading", "INFO"):
         assert noise not in both, (noise, both[-3000:])
@@ -69,7 +101,7 @@ def test_the_terminal_shows_the_sweep_not_our_dependencies(swept):
 
 def test_logs_hold_every_ranks_lines_once_prefixed_without_ray_internals(swept):
     """Items 6 and 7: each rank's output, once, with its rank; none of Ray's own lines."""
-    home, _, _ = swept
+    home, *_ = swept
     r = _cli(home, "logs", NAME, "--trial", "0", timeout=120)
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
@@ -83,7 +115,7 @@ def test_logs_hold_every_ranks_lines_once_prefixed_without_ray_internals(swept):
 
 def test_ls_and_show_agree_on_the_state_and_give_wall_and_trial_time(swept):
     """Items 2 and 4: one state everywhere; wall (command start to end) and the trials' time."""
-    home, _, _ = swept
+    home, *_ = swept
     ls = json.loads(_cli(home, "ls", "--json", timeout=120).stdout)
     show = json.loads(_cli(home, "show", NAME, "--json", timeout=120).stdout)
     (row,) = [r for r in ls if r["name"] == NAME]
@@ -94,7 +126,7 @@ def test_ls_and_show_agree_on_the_state_and_give_wall_and_trial_time(swept):
 
 def test_stop_on_a_finished_sweep_says_it_already_finished(swept):
     """Item 5."""
-    home, _, _ = swept
+    home, *_ = swept
     r = _cli(home, "stop", NAME, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "already finished" in r.stdout and "stop requested" not in r.stdout
@@ -104,7 +136,7 @@ def test_stop_on_a_finished_sweep_says_it_already_finished(swept):
 
 def test_the_experiment_opens_in_mlflow_model_training_mode(swept):
     """Item 19: MLflow 3's UI shows a sweep's experiment as model training, not GenAI."""
-    home, _, _ = swept
+    home, *_ = swept
     exp = MlflowClient(f"sqlite:///{home}/mlflow.db").search_experiments()
     kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in exp}
     assert "custom_model_development" in kinds.values(), kinds
@@ -112,7 +144,7 @@ def test_the_experiment_opens_in_mlflow_model_training_mode(swept):
 
 def test_running_a_finished_sweep_again_shows_the_studys_true_totals(swept):
     """Item 3: the bar counts the study's trials, not this session's (it said 0/12 before)."""
-    home, spec, _ = swept
+    home, spec, *_ = swept
     r = _cli(home, "run", str(spec))
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"\b2/2\b", r.stdout), r.stdout

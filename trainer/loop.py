@@ -7,6 +7,7 @@ every metric is all-reduced so all ranks agree (and so take the same prune decis
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -59,6 +60,11 @@ def warm_up(config: dict[str, Any], device: torch.device, log_models: bool = Tru
     model = build_model(name, bundle.input_shape, bundle.num_classes, **arch).to(device)
     n = min(len(x_tr), int(config.get("batch_size", 64)))
     F.cross_entropy(model(x_tr[:n]), y_tr[:n]).backward()
+    # An optimizer's first construction in a process costs ~1.5 s here (torch.optim's lazy
+    # imports), which made a lane's first trial twice a later one. Its step on this throwaway
+    # model warms the update kernels too.
+    with contextlib.suppress(ValueError):  # an unknown optimizer: the trial says so, not this
+        make_optimizer(model, config).step()
     if log_models:
         _package(model, name, arch, bundle, x_va)
 

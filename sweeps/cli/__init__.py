@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from sweeps.cli._app import app, err, quiet
+from sweeps.cli._app import STANDALONE, app, err, quiet
 from sweeps.errors import SweepsError, one_line
 
 # Each module registers its commands on `app`; this order is the order of `sweeps --help`.
@@ -22,6 +22,7 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     quiet("-v" in sys.argv[1:2] or "--verbose" in sys.argv[1:2])
+    STANDALONE.append(True)
     try:
         app()
     except SweepsError as e:  # pragma: no cover - the group handles these

@@ -51,6 +51,36 @@ app = typer.Typer(
 )
 
 
+# Set by `sweeps.cli.main`: this process is the `sweeps` command itself, not a CliRunner in a
+# test or a notebook, so ending it at once cannot end anyone else's work.
+STANDALONE: list[bool] = []
+
+
+def exit_after_sweep(code: int) -> None:
+    """End the `sweeps run`/`resume` process as soon as the sweep is recorded and printed.
+
+    Everything the user asked for is on disk by now (the stores are flushed and closed by
+    `api.run`). What the interpreter would still do is tear down Ray: stop the local cluster it
+    started and join its threads, seconds nobody waits for. Ray started that cluster's
+    processes fate-shared (parent-death signal), so they end with this process; a service's
+    cluster only loses a client. Inside a test or notebook (no STANDALONE), a normal exit.
+    """
+    if not STANDALONE:
+        if code:
+            raise typer.Exit(code)
+        return
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe: nothing more to say on it
+    os._exit(code)
+
+
 def load_noting(path: Path, overrides: list[str], name: str | None) -> Any:
     """Load a spec with --set overrides; a sampler or pruner switched by --set loses the
     options it does not take, with one note per option on stderr."""

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import typer
 
-from sweeps.cli._app import app, err, fmt, load_noting, out
+from sweeps.cli._app import app, err, exit_after_sweep, fmt, load_noting, out
 from sweeps.errors import SpecError, one_line
 
 AIP = "Legacy AI Platform jobs (gcloud's flags)"
@@ -169,9 +169,7 @@ def _finish(
     if profile:
         timeline.mark("process.exit")
         _print_profile(timeline.current().to_json())
-    code = {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
-    if code:
-        raise typer.Exit(code)
+    exit_after_sweep({"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0))
 
 
 def _check_hypertune() -> None:
