@@ -88,9 +88,8 @@ class TrialBook:
         now = self.clock()
         rec.lane_id, rec.seq, rec.assigned_at = lane.lane_id, seq, now
         rec.startup_s = (now - lane.started_at) if lane.trials_run == 0 else 0.0
-        trial = rec.trial
-        trial.set_user_attr("sweeps.lane", lane.lane_id)
-        trial.set_user_attr("sweeps.seed", rec.seed)
+        attrs = {"sweeps.lane": lane.lane_id, "sweeps.seed": rec.seed}
+        st.set_trial_attrs(self.study, rec.trial_id, attrs)  # one commit, not two
         self.tracker.start_trial(self.ctx, rec)  # its run id comes back through link_run
         self.observers("on_trial_start", self.ctx, rec)
         self.running[(lane.lane_id, seq)] = rec
@@ -196,8 +195,8 @@ class TrialBook:
         rec = self.running.get(key)
         if rec is not None:
             rec.checkpoint = path
-            st.set_trial_attr(self.study, rec.trial_id, "sweeps.checkpoint", path)
-            st.set_trial_attr(self.study, rec.trial_id, "sweeps.checkpoint_step", step)
+            attrs = {"sweeps.checkpoint": path, "sweeps.checkpoint_step": step}
+            st.set_trial_attrs(self.study, rec.trial_id, attrs)
 
     # ----- the end ----------------------------------------------------------------------------
     def finish(self, key: tuple[str, int], result: TrialResult) -> TrialEnd | None:
@@ -304,8 +303,8 @@ class TrialBook:
 
     def _record_attrs(self, rec: TrialRecord, extra: dict[str, float]) -> None:
         self._await_run(rec)
-        for k in ("duration_s", "cost_usd", "gpu_hours", "train_seconds"):
-            st.set_trial_attr(self.study, rec.trial_id, k, round(extra[k], 6))
+        keys = ("duration_s", "cost_usd", "gpu_hours", "train_seconds")
+        st.set_trial_attrs(self.study, rec.trial_id, {k: round(extra[k], 6) for k in keys})
 
     def _end_failed(
         self, rec: TrialRecord, error: str, result: TrialResult | None, extra: dict[str, float]

@@ -206,15 +206,52 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
         raise NotFoundError(f"no sweep named '{name}' in {mask_url(storage_url)}{hint}") from None
 
 
+_UNCOUNTED = ("sweeps.requeued", "sweeps.warm_count")
+
+
 def counted_trials(study: optuna.Study) -> int:
-    """Trials that use up the budget: all but the waiting ones and the re-queued stale ones."""
+    """Trials that use up the budget: all but the waiting ones and the re-queued stale ones.
+
+    Asked before every launch. On an RDB storage it is one COUNT query: Optuna's
+    `get_n_trials` re-reads the running trials and sorts the whole study, which made each
+    launch decision O(trials) (6 ms at 300 trials)."""
     import optuna
 
     S = optuna.trial.TrialState  # noqa: N806
+    states = (S.COMPLETE, S.PRUNED, S.FAIL, S.RUNNING)
     storage, sid = study._storage, study._study_id
-    n = storage.get_n_trials(sid, (S.COMPLETE, S.PRUNED, S.FAIL, S.RUNNING))
-    attrs = storage.get_study_user_attrs(sid)
-    return n - int(attrs.get("sweeps.requeued", 0)) - int(attrs.get("sweeps.warm_count", 0))
+    backend = getattr(storage, "_backend", storage)
+    if isinstance(backend, optuna.storages.RDBStorage):
+        url = str(backend.engine.url)
+        n, attrs = outage_tolerant(_rdb_count, url)(backend, sid, states)
+    else:
+        n, attrs = storage.get_n_trials(sid, states), storage.get_study_user_attrs(sid)
+    return n - sum(int(attrs.get(k, 0)) for k in _UNCOUNTED)
+
+
+def _rdb_count(backend: Any, sid: int, states: tuple[Any, ...]) -> tuple[int, dict[str, Any]]:
+    import json
+
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(backend.scoped_session) as session:
+        n = (
+            session.query(sqlalchemy.func.count(models.TrialModel.trial_id))
+            .filter(models.TrialModel.study_id == sid, models.TrialModel.state.in_(states))
+            .scalar()
+        )
+        rows = (
+            session.query(models.StudyUserAttributeModel)
+            .filter(
+                models.StudyUserAttributeModel.study_id == sid,
+                models.StudyUserAttributeModel.key.in_(_UNCOUNTED),
+            )
+            .all()
+        )
+        attrs = {r.key: json.loads(r.value_json) for r in rows}
+    return int(n or 0), attrs
 
 
 def fresh_study_attrs(study: optuna.Study) -> dict[str, Any]:
@@ -250,6 +287,31 @@ def run_id_of(study_attrs: dict[str, Any], trial: Any) -> str | None:
 def set_trial_attr(study: optuna.Study, tid: int, key: str, value: Any) -> None:
     """A user attr on a trial by id: works on finished trials too, unlike `Trial.set_user_attr`."""
     study._storage.set_trial_user_attr(tid, key, value)
+
+
+def set_trial_attrs(study: optuna.Study, tid: int, attrs: dict[str, Any]) -> None:
+    """Several user attrs on a trial, in one transaction on an RDB storage: Optuna commits each
+    attr on its own, and a trial's end writes four (a sweep of tiny trials is bound by them)."""
+    import optuna
+
+    backend = getattr(study._storage, "_backend", study._storage)
+    if not attrs:
+        return
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        for k, v in attrs.items():
+            study._storage.set_trial_user_attr(tid, k, v)
+        return
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    def write() -> None:
+        with _create_scoped_session(backend.scoped_session, True) as session:
+            for k, v in attrs.items():
+                backend._set_trial_attr_without_commit(
+                    session, models.TrialUserAttributeModel, tid, k, v
+                )
+
+    outage_tolerant(write, str(backend.engine.url))()
 
 
 def fail_trial(study: optuna.Study, tid: int, error: str) -> bool:

@@ -50,6 +50,8 @@ def test_optuna_private_names_used_by_the_adapter_exist(tmp_path):
     assert isinstance(tid, int)
     st.set_trial_attr(study, tid, "k", 1)
     assert study.trials[0].user_attrs["k"] == 1
+    st.set_trial_attrs(study, tid, {"k": 2, "j": [1, "x"]})  # one transaction, same result
+    assert study.trials[0].user_attrs == {"k": 2, "j": [1, "x"]}
     assert st.storage_engine(study) is not None and "sqlite" in str(st.storage_engine(study).url)
     study.set_user_attr("a", 2)
     assert st.fresh_study_attrs(study)["a"] == 2
@@ -57,6 +59,9 @@ def test_optuna_private_names_used_by_the_adapter_exist(tmp_path):
     stopped = st.tell(study, trial, 1.0)
     assert stopped, "the grid sampler stops the study once every point was told"
     assert st.counted_trials(study) == 1
+    study.set_user_attr("sweeps.requeued", 1)  # the COUNT query subtracts what it must
+    assert st.counted_trials(study) == 0
+    study.set_user_attr("sweeps.requeued", 0)
     d = optuna.distributions.FloatDistribution(0, 1)
     assert st.distribution_contains(d, 0.5) and not st.distribution_contains(d, 2.0)
     other = study.ask()

@@ -89,3 +89,24 @@ def check_reachable(uri: str) -> None:
             os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
         else:
             os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved
+
+
+def fast_sqlite_store(client: Any) -> bool:
+    """synchronous=NORMAL on a local SQLite store's connections (the runner sets WAL on the
+    file): the writer's commits stop waiting on fsync, which was a fifth of its time in a
+    sweep of tiny trials. Still crash-safe in WAL; an OS crash may lose the last commits.
+    Returns whether it applied."""
+    import sqlalchemy
+
+    engine = getattr(client._tracking_client.store, "engine", None)
+    if engine is None or engine.dialect.name != "sqlite":
+        return False
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    sqlalchemy.event.listen(engine, "connect", on_connect)
+    engine.dispose()  # pooled connections reconnect with the pragma
+    return True

@@ -11,6 +11,7 @@ import os
 import platform
 import queue
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from sweeps import paths, timeline
 from sweeps.callbacks import SweepContext, SweepSummary, TrialEnd, TrialRecord
 from sweeps.errors import one_line
 from sweeps.redact import mask_url, redact_mapping, redacted_spec_yaml
-from tracking import model_log
+from tracking import mlflow_compat, model_log
 from tracking.mlflow_compat import PARENT_RUN_TAG, system_metrics_monitor
 from tracking.writer import NotReady, OrderedWriter
 
@@ -39,10 +40,16 @@ class MLflowTracker:
         self.uri = tracking_uri
         self.artifact_root = artifact_root
         self.client = MlflowClient(tracking_uri)
+        if tracking_uri.startswith("sqlite"):
+            mlflow_compat.fast_sqlite_store(self.client)
         self.writer = OrderedWriter("mlflow")
         self._runs: dict[int, str] = {}  # trial_id -> run_id, written by the writer thread
         self._models: set[int] = set()  # trials whose model was logged
         self._created: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        # A trial's params, metrics and tags not written yet: whatever piled up while the writer
+        # was busy goes in one log_batch (a tiny trial's record took five commits, now three).
+        self._batches: dict[int, _Batch] = {}
+        self._batch_lock = threading.Lock()
         self.log_models = True
         self.system_monitor: Any = None
 
@@ -185,21 +192,72 @@ class MLflowTracker:
         for k, v in redact_mapping(fixed, "trainer").items():
             params[f"fixed.{k}"] = v
         name = f"{ctx.spec.name}-trial-{t.number:04d}"
-        self._submit(self._create_run, t.trial_id, ctx.experiment_id, name, tags, params)
+        self._add(t.trial_id, params={k: str(v)[:6000] for k, v in params.items() if v is not None})
+        self._submit(self._create_run, t.trial_id, ctx.experiment_id, name, tags)
 
     def _create_run(
-        self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str], params: Any
+        self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str]
     ) -> None:
         """On the writer thread; later writes about the trial find the run id in `_runs`."""
-        from mlflow.entities import Param
-
         run_id = self._runs.get(trial_id)
         if run_id is None:  # a retry after a create that went through must not make another
             run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
             self._runs[trial_id] = run_id
             self._created.put((trial_id, run_id))
-        items = [Param(k, str(v)[:6000]) for k, v in params.items() if v is not None]
-        self.client.log_batch(run_id, params=items)
+        self._write_batch(trial_id)
+
+    def _add(
+        self,
+        trial_id: int,
+        params: dict[str, str] | None = None,
+        metrics: list[Any] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> bool:
+        """Buffer a trial's writes; True if no write of its buffer is queued yet."""
+        with self._batch_lock:
+            b = self._batches.setdefault(trial_id, _Batch())
+            b.merge(params or {}, metrics or [], tags or {})
+            fresh, b.queued = not b.queued, True
+            return fresh
+
+    def _write_batch(
+        self,
+        trial_id: int,
+        metrics: Any = (),
+        tags: dict[str, str] | None = None,
+        final: bool = False,
+    ) -> None:
+        """On the writer thread: the trial's buffered writes (plus `metrics`/`tags`) in one
+        log_batch. A failed write puts them back, so the retry (or the replay) sends them."""
+        from mlflow.entities import Param, RunTag
+
+        run_id = self._runs.get(trial_id)
+        if run_id is None:
+            raise NotReady(f"the run of trial id {trial_id} is not created yet")
+        with self._batch_lock:
+            if not final and self._batches.get(trial_id, _Batch()).ending:
+                return  # the trial's end is queued: it writes this buffer with its own
+            b = self._batches.pop(trial_id, None) or _Batch()
+        out = _Batch()
+        out.merge(b.params, [*b.metrics, *metrics], {**b.tags, **(tags or {})})
+        if out.empty():
+            return
+        try:
+            self.client.log_batch(
+                run_id,
+                metrics=out.metrics,
+                params=[Param(k, v) for k, v in out.params.items()],
+                tags=[RunTag(k, v) for k, v in out.tags.items()],
+            )
+        except BaseException:
+            with self._batch_lock:  # back in front of what came since; the caller's own extras
+                later = self._batches.pop(trial_id, None)  # come again with its retry
+                if later is not None:
+                    b.merge(later.params, later.metrics, later.tags)
+                    b.ending = b.ending or later.ending
+                b.queued = True
+                self._batches[trial_id] = b
+            raise
 
     def created_runs(self) -> list[tuple[int, str]]:
         out = []
@@ -214,7 +272,8 @@ class MLflowTracker:
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        self._submit(self._for_trial, t.trial_id, self.client.log_batch, metrics=items)
+        if self._add(t.trial_id, metrics=items):
+            self._submit(self._write_batch, t.trial_id)
 
     def log_metrics(
         self, ctx: SweepContext, t: TrialRecord, step: int, metrics: dict[str, float]
@@ -243,18 +302,19 @@ class MLflowTracker:
         fn(run_id, *args, **kw)
 
     def trial_restarted(self, ctx: SweepContext, t: TrialRecord) -> None:
-        from mlflow.entities import RunTag
-
         note = f"worker group restarted ({t.restarts}x); resumed from the last checkpoint"
-        tags = [RunTag("sweeps.restarts", str(t.restarts)), RunTag("sweeps.problems", note)]
-        self._submit(self._for_trial, t.trial_id, self.client.log_batch, tags=tags)
+        tags = {"sweeps.restarts": str(t.restarts), "sweeps.problems": note}
+        if self._add(t.trial_id, tags=tags):
+            self._submit(self._write_batch, t.trial_id)
 
     def end_trial(self, ctx: SweepContext, t: TrialRecord, end: TrialEnd) -> None:
+        with self._batch_lock:
+            self._batches.setdefault(t.trial_id, _Batch()).ending = True
         self._submit(self._finish_trial, t, end, ctx.experiment_id)
 
     def _finish_trial(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
         """On the writer thread: final metrics, tags, dataset, log, model, then close the run."""
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric
 
         run_id, result, client = self._runs.get(t.trial_id), end.result, self.client
         if run_id is None:
@@ -276,9 +336,10 @@ class MLflowTracker:
             tags[f"sweeps.hw.{k}"] = str(v)
         if result is not None and result.model_error:
             tags["sweeps.model_error"] = result.model_error[:5000]
-        # One write for the final metrics and tags: a trial's end costs a handful of commits,
-        # which is what bounds a sweep of a thousand short trials.
-        client.log_batch(run_id, metrics=items, tags=[RunTag(k, v) for k, v in tags.items()])
+        # One write for the final metrics and tags and whatever else is buffered (a tiny trial's
+        # params and its only epoch): a trial's end costs a handful of commits, which is what
+        # bounds a sweep of a thousand short trials.
+        self._write_batch(t.trial_id, items, tags, final=True)
         if result is not None and result.dataset:
             model_log.log_dataset(client, run_id, result.dataset)
         if t.log:
@@ -366,3 +427,23 @@ def _code_tags(code_dir: str | None) -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
+
+
+class _Batch:
+    """A trial's writes waiting for the writer: params and tags by key (the last value wins,
+    as MLflow allows one per key in a batch), metrics in order."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, str] = {}
+        self.tags: dict[str, str] = {}
+        self.metrics: list[Any] = []
+        self.queued = False  # a write of this buffer is in the writer's queue
+        self.ending = False  # the trial's end is queued, and writes what is left
+
+    def merge(self, params: dict[str, str], metrics: list[Any], tags: dict[str, str]) -> None:
+        self.params.update(params)
+        self.metrics.extend(metrics)
+        self.tags.update(tags)
+
+    def empty(self) -> bool:
+        return not (self.params or self.metrics or self.tags)
