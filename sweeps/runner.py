@@ -48,7 +48,8 @@ def open_tracker(uri: str) -> Any:
     if uri.startswith("sqlite:///"):
         _wal(uri.removeprefix("sqlite:///"))
     artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
-    return MLflowTracker(uri, artifact_root)
+    # The writes in a process of their own: the driver's loop keeps a core (see writer_proc).
+    return MLflowTracker(uri, artifact_root, process=True)
 
 
 def _wal(path: str) -> None:

@@ -51,11 +51,32 @@ def _record() -> Path:
 def _alive(pid: int | None) -> bool:
     if not pid:
         return False
+    try:  # our own child that exited is a zombie until reaped: kill(pid, 0) still finds it
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return False
+    except ChildProcessError:
+        pass  # not ours (a later command reading the record)
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _why(log: Path) -> str:
+    """The error a failed `ray start` or `mlflow server` left at the end of its log."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines[-50:]):
+        if "Error" in line or "error" in line:
+            return line.split("Error: ", 1)[-1][:300]
+    return lines[-1][:300] if lines else ""
 
 
 def load() -> ServiceInfo | None:
@@ -210,8 +231,18 @@ def _wait_ready(info: ServiceInfo, wait_s: float) -> None:
         mlflow_ok = mlflow_ok or not info.mlflow_url or _answers(f"{info.mlflow_url}/health")
         if ray_ok and mlflow_ok:
             return
-        if not _alive(info.ray_pid):
-            break
+        for ok, pid, what, log in (
+            (ray_ok, info.ray_pid, "Ray", "ray.log"),
+            (mlflow_ok, info.mlflow_pid, "MLflow", "mlflow.log"),
+        ):
+            if not ok and pid and not _alive(pid):  # it exited: say why now, not at the timeout
+                down()
+                why = _why(service_dir() / log)
+                raise ServiceError(
+                    f"the service did not come up: {what} exited"
+                    + (f" ({why})" if why else "")
+                    + f"; see {service_dir() / log}"
+                )
         time.sleep(0.5)
     down()
     log = service_dir() / ("ray.log" if not ray_ok else "mlflow.log")

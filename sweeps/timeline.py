@@ -34,6 +34,15 @@ class Timeline:
             self.events.append((now, name, detail))
         return now - self.t0
 
+    def mark_at(self, when: float, name: str, **detail: Any) -> None:
+        """An event another process of this sweep saw at `when` (its time.monotonic(), one
+        clock for every process of a machine), kept in time order."""
+        import bisect
+
+        with self.lock:
+            at = bisect.bisect_right([t for t, _, _ in self.events], when)
+            self.events.insert(at, (when, name, detail))
+
     def first(self, name: str, **match: Any) -> float | None:
         """Seconds from t0 to the first event called `name` (whose detail has `match`)."""
         with self.lock:

@@ -93,6 +93,40 @@ def svc(tmp_path_factory):
         subprocess.run([*SWEEPS, "down"], env=env, capture_output=True, timeout=120)
 
 
+def test_up_on_a_taken_port_says_why_in_one_line(tmp_path):
+    """Ray's head cannot bind the dashboard port (another service has it): `up` says so as soon
+    as `ray start` exits, instead of waiting out its timeout, and leaves nothing running."""
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "SWEEPS_"))}
+    env["SWEEPS_HOME"] = str(tmp_path)
+    before = _pids_matching("sweeps-ray-")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(
+            [*SWEEPS, "up", "--dashboard-port", str(port), "--mlflow-port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Ray exited" in lines[0], r.stderr[-2000:]
+    assert f"127.0.0.1:{port}" in lines[0] and "occupied" in lines[0], lines[0]
+    assert not (tmp_path / "service" / "service.json").exists(), "nothing recorded as running"
+    time.sleep(2)
+    assert _pids_matching(str(tmp_path)) == set(), "its MLflow server was stopped"
+    assert _pids_matching("sweeps-ray-") <= before, "what Ray had started was stopped"
+
+
+def _pids_matching(text: str) -> set[str]:
+    r = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True)
+    return set(r.stdout.split()) - {str(os.getpid())}
+
+
 def _get(url: str, token: str | None) -> int:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:

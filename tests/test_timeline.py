@@ -76,3 +76,13 @@ def test_timeline_marks_are_in_time_order_and_relative_to_its_start():
     assert [e["event"] for e in events] == ["process.start", "a", "b"]
     assert events[1]["x"] == 1 and events[1]["t"] <= events[2]["t"]
     assert tl.first("a", x=1) is not None and tl.first("a", x=2) is None
+
+
+def test_an_event_from_another_process_lands_in_time_order():
+    tl = Timeline(t0=0.0)
+    tl.mark("a")
+    first = tl.events[-1][0]
+    tl.mark("b")
+    tl.mark_at(first + 1e-9, "from_writer", trial=3)  # between a and b (one monotonic clock)
+    assert [e["event"] for e in tl.to_json()] == ["process.start", "a", "from_writer", "b"]
+    assert tl.first("from_writer", trial=3) is not None

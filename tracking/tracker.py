@@ -1,17 +1,16 @@
 """MLflow as the learning log: the driver's `Tracker`.
 
 One parent run per sweep, one nested run per trial (tag `mlflow.parentRunId`). Every write goes
-through one ordered writer (`tracking.writer`), so the driver's loop never waits on MLflow except
-to create a trial's run (its id is linked into Optuna before the trial trains).
+through one ordered writer (`tracking.writer`), in a sweep in a child process of the driver's
+(`tracking.writer_proc`), so the driver's loop never waits on MLflow; a trial's run id comes back
+through `created_runs` and is linked into Optuna.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import platform
 import queue
-import subprocess
-import threading
 import time
 from typing import Any
 
@@ -20,7 +19,9 @@ from sweeps.callbacks import SweepContext, SweepSummary, TrialEnd, TrialRecord
 from sweeps.errors import one_line
 from sweeps.redact import mask_url, redact_mapping, redacted_spec_yaml
 from tracking import mlflow_compat, model_log
+from tracking.batches import Batch, TrialBatches
 from tracking.mlflow_compat import PARENT_RUN_TAG, system_metrics_monitor
+from tracking.runinfo import code_tags, sweep_params
 from tracking.writer import NotReady, OrderedWriter
 
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
@@ -34,7 +35,11 @@ SWEEP_STATUS = {
 
 
 class MLflowTracker:
-    def __init__(self, tracking_uri: str, artifact_root: str | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str, artifact_root: str | None = None, process: bool = False
+    ) -> None:
+        """`process`: the trials' writes run in a child process of their own (see
+        `tracking.writer_proc`) instead of this process's writer thread."""
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
@@ -46,24 +51,49 @@ class MLflowTracker:
         self._runs: dict[int, str] = {}  # trial_id -> run_id, written by the writer thread
         self._models: set[int] = set()  # trials whose model was logged
         self._created: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        # A trial's params, metrics and tags not written yet: whatever piled up while the writer
-        # was busy goes in one log_batch (a tiny trial's record took five commits, now three).
-        self._batches: dict[int, _Batch] = {}
-        self._batch_lock = threading.Lock()
+        self._batches = TrialBatches()  # a trial's writes not written yet (tracking.batches)
         self.log_models = True
         self.system_monitor: Any = None
+        self.remote: Any = None
+        if process:
+            from tracking.writer_proc import RemoteWriter
+
+            self.remote = RemoteWriter(tracking_uri, artifact_root, self._linked)
+
+    def _linked(self, trial_id: int, run_id: str) -> None:
+        """The child made a trial's run (kept here too, for this process's writer if it dies)."""
+        self._runs[trial_id] = run_id
+        self._created.put((trial_id, run_id))
+
+    def _submit(self, fn: Any, *args: Any, **kw: Any) -> None:
+        if self.remote is not None and self.remote.alive():
+            owner = getattr(fn, "__self__", None)
+            name = getattr(fn, "__name__", "")
+            ref = ("tracker", name) if owner is self else ("client", name)
+            if owner is not self and owner is not self.client:
+                ref = ("fn", fn)  # a plain function (shutil.rmtree): pickled by reference
+            if self.remote.send(("submit", ref, args, kw)):
+                return
+        self.writer.submit(fn, *args, **kw)
+
+    def _op(self, name: str, *args: Any) -> None:
+        """A buffer operation (`_w_*`): where the writes happen, in the child or here."""
+        remote = self.remote is not None and self.remote.alive()
+        if not (remote and self.remote.send(("op", name, args, {}))):
+            getattr(self, name)(*args)
 
     @property
     def blocking_s(self) -> float:
-        return self.writer.blocking_s
-
-    def _submit(self, fn: Any, *args: Any, **kw: Any) -> None:
-        self.writer.submit(fn, *args, **kw)
+        extra = self.remote.blocking_s if self.remote is not None else 0.0
+        return self.writer.blocking_s + extra
 
     def flush(self) -> list[str]:
-        return self.writer.flush()
+        errors = self.remote.flush() if self.remote is not None else []
+        return errors + self.writer.flush()
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
         self.writer.close()
 
     # ----- sweep ----------------------------------------------------------------------------
@@ -89,12 +119,12 @@ class MLflowTracker:
             "sweeps.role": "sweep",
             "sweeps.study": ctx.study_name,
             "sweeps.storage": mask_url(ctx.storage_url),
-            **_code_tags(spec.trainer.code_dir),
+            **code_tags(spec.trainer.code_dir),
         }
         ctx.parent_run_id = client.create_run(
             ctx.experiment_id, run_name=spec.name, tags=tags
         ).info.run_id
-        self._log_params(ctx.parent_run_id, _sweep_params(spec))
+        self._log_params(ctx.parent_run_id, sweep_params(spec))
         if ctx.warm_notes:
             src = ",".join(spec.warm_start.from_) if spec.warm_start else ""
             self._set_tags(
@@ -192,8 +222,22 @@ class MLflowTracker:
         for k, v in redact_mapping(fixed, "trainer").items():
             params[f"fixed.{k}"] = v
         name = f"{ctx.spec.name}-trial-{t.number:04d}"
-        self._add(t.trial_id, params={k: str(v)[:6000] for k, v in params.items() if v is not None})
-        self._submit(self._create_run, t.trial_id, ctx.experiment_id, name, tags)
+        params = {k: str(v)[:6000] for k, v in params.items() if v is not None}
+        self._op("_w_start", t.trial_id, ctx.experiment_id, name, tags, params)
+
+    def _w_start(
+        self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str], params: Any
+    ) -> None:
+        self._batches.add(trial_id, params=params)
+        self.writer.submit(self._create_run, trial_id, experiment_id, name, tags)
+
+    def _w_log(self, trial_id: int, metrics: Any = None, tags: Any = None) -> None:
+        if self._batches.add(trial_id, metrics=metrics, tags=tags):
+            self.writer.submit(self._write_batch, trial_id)
+
+    def _w_end(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
+        self._batches.ending(t.trial_id)
+        self.writer.submit(self._finish_trial, t, end, experiment_id)
 
     def _create_run(
         self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str]
@@ -205,20 +249,6 @@ class MLflowTracker:
             self._runs[trial_id] = run_id
             self._created.put((trial_id, run_id))
         self._write_batch(trial_id)
-
-    def _add(
-        self,
-        trial_id: int,
-        params: dict[str, str] | None = None,
-        metrics: list[Any] | None = None,
-        tags: dict[str, str] | None = None,
-    ) -> bool:
-        """Buffer a trial's writes; True if no write of its buffer is queued yet."""
-        with self._batch_lock:
-            b = self._batches.setdefault(trial_id, _Batch())
-            b.merge(params or {}, metrics or [], tags or {})
-            fresh, b.queued = not b.queued, True
-            return fresh
 
     def _write_batch(
         self,
@@ -234,11 +264,10 @@ class MLflowTracker:
         run_id = self._runs.get(trial_id)
         if run_id is None:
             raise NotReady(f"the run of trial id {trial_id} is not created yet")
-        with self._batch_lock:
-            if not final and self._batches.get(trial_id, _Batch()).ending:
-                return  # the trial's end is queued: it writes this buffer with its own
-            b = self._batches.pop(trial_id, None) or _Batch()
-        out = _Batch()
+        b = self._batches.take(trial_id, final)
+        if b is None:
+            return  # the trial's end is queued: it writes this buffer with its own
+        out = Batch()
         out.merge(b.params, [*b.metrics, *metrics], {**b.tags, **(tags or {})})
         if out.empty():
             return
@@ -250,13 +279,7 @@ class MLflowTracker:
                 tags=[RunTag(k, v) for k, v in out.tags.items()],
             )
         except BaseException:
-            with self._batch_lock:  # back in front of what came since; the caller's own extras
-                later = self._batches.pop(trial_id, None)  # come again with its retry
-                if later is not None:
-                    b.merge(later.params, later.metrics, later.tags)
-                    b.ending = b.ending or later.ending
-                b.queued = True
-                self._batches[trial_id] = b
+            self._batches.restore(trial_id, b)  # the caller's own extras come with its retry
             raise
 
     def created_runs(self) -> list[tuple[int, str]]:
@@ -272,8 +295,7 @@ class MLflowTracker:
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        if self._add(t.trial_id, metrics=items):
-            self._submit(self._write_batch, t.trial_id)
+        self._op("_w_log", t.trial_id, items)
 
     def log_metrics(
         self, ctx: SweepContext, t: TrialRecord, step: int, metrics: dict[str, float]
@@ -281,7 +303,7 @@ class MLflowTracker:
         self.log_epoch(ctx, t, step, metrics)
 
     def log_bytes(self, ctx: SweepContext, t: TrialRecord, name: str, data: bytes) -> None:
-        self._submit(self._for_trial, t.trial_id, self._write_artifact, name, data)
+        self._submit(self._for_trial, t.trial_id, "_write_artifact", name, data)
 
     def _write_artifact(self, run_id: str, name: str, data: bytes) -> None:
         import tempfile
@@ -299,18 +321,18 @@ class MLflowTracker:
         run_id = self._runs.get(trial_id)
         if run_id is None:
             raise NotReady(f"the run of trial id {trial_id} is not created yet")
+        if isinstance(fn, str):  # one of ours, by name (what can cross to a child process)
+            fn = getattr(self, fn)
         fn(run_id, *args, **kw)
 
     def trial_restarted(self, ctx: SweepContext, t: TrialRecord) -> None:
         note = f"worker group restarted ({t.restarts}x); resumed from the last checkpoint"
         tags = {"sweeps.restarts": str(t.restarts), "sweeps.problems": note}
-        if self._add(t.trial_id, tags=tags):
-            self._submit(self._write_batch, t.trial_id)
+        self._op("_w_log", t.trial_id, None, tags)
 
     def end_trial(self, ctx: SweepContext, t: TrialRecord, end: TrialEnd) -> None:
-        with self._batch_lock:
-            self._batches.setdefault(t.trial_id, _Batch()).ending = True
-        self._submit(self._finish_trial, t, end, ctx.experiment_id)
+        # The Optuna trial stays here: what crosses to the writer is plain data.
+        self._op("_w_end", dataclasses.replace(t, trial=None), end, ctx.experiment_id)
 
     def _finish_trial(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
         """On the writer thread: final metrics, tags, dataset, log, model, then close the run."""
@@ -376,74 +398,3 @@ class MLflowTracker:
         from mlflow.entities import RunTag
 
         self._submit(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-
-
-def _sweep_params(spec: Any) -> dict[str, Any]:
-    """The sweep's settings as the parent run's params."""
-    builtin = not spec.trainer.entrypoint
-    params = {
-        "sampler": spec.sampler.name,
-        "sampler.seed": spec.sampler.seed,
-        "pruner": spec.pruner.name,
-        "objective": ",".join(f"{o.metric}:{o.direction}" for o in spec.objective_list()),
-        "budget.trials": spec.budget.trials,
-        "budget.parallel": spec.budget.parallel,
-        "budget.timeout_s": spec.budget.timeout_s,
-        "budget.max_failed_trials": spec.budget.max_failed_trials,
-        "execution.mode": spec.execution.mode,
-        "trainer.model": spec.trainer.model if builtin else "-",
-        "trainer.dataset": spec.trainer.dataset if builtin else "-",
-        "trainer.entrypoint": spec.trainer.entrypoint or "builtin",
-        "resources.workers": spec.resources.workers,
-        "resources.machine_type": spec.resources.machine_type,
-        "resources.preemptible": spec.resources.preemptible,
-    }
-    for k, v in redact_mapping(spec.sampler.options, "sampler.options").items():
-        params[f"sampler.options.{k}"] = v
-    for k, v in redact_mapping(spec.pruner.options, "pruner.options").items():
-        params[f"pruner.options.{k}"] = v
-    return params
-
-
-def _code_tags(code_dir: str | None) -> dict[str, str]:
-    """Code and library versions: the git commit of the user's code when there is one."""
-    tags = {"sweeps.python": platform.python_version()}
-    try:
-        from importlib.metadata import version
-
-        for pkg in ("torch", "ray", "optuna", "mlflow", "sweeps"):
-            tags[f"sweeps.version.{pkg}"] = version(pkg)
-    except Exception:
-        pass
-    try:
-        commit = subprocess.run(
-            ["git", "-C", code_dir or os.getcwd(), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        if commit.returncode == 0:
-            tags["mlflow.source.git.commit"] = commit.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return tags
-
-
-class _Batch:
-    """A trial's writes waiting for the writer: params and tags by key (the last value wins,
-    as MLflow allows one per key in a batch), metrics in order."""
-
-    def __init__(self) -> None:
-        self.params: dict[str, str] = {}
-        self.tags: dict[str, str] = {}
-        self.metrics: list[Any] = []
-        self.queued = False  # a write of this buffer is in the writer's queue
-        self.ending = False  # the trial's end is queued, and writes what is left
-
-    def merge(self, params: dict[str, str], metrics: list[Any], tags: dict[str, str]) -> None:
-        self.params.update(params)
-        self.metrics.extend(metrics)
-        self.tags.update(tags)
-
-    def empty(self) -> bool:
-        return not (self.params or self.metrics or self.tags)
