@@ -117,7 +117,21 @@ def to_spec(
         del spec["budget"]["max_failed_trials"]
     if accel.get("count"):
         spec["resources"]["gpus_per_worker"] = float(accel["count"])
+    image = image_uri(config)
+    if image:  # a custom container: the module is in the image, not in a host folder
+        spec["resources"]["image"] = image
+        del spec["trainer"]["code_dir"]
+        spec["trainer"]["params"]["package_path"] = ""
+        notes.append(f"masterConfig.imageUri {image}: each trial's workers run in it (podman)")
     return spec, notes
+
+
+def image_uri(config: dict[str, Any]) -> str | None:
+    """The job's custom container (`masterConfig.imageUri`, or gcloud's --master-image-uri)."""
+    ti = config.get("trainingInput") or {}
+    return (
+        ((ti.get("masterConfig") or {}).get("imageUri") or None) if isinstance(ti, dict) else None
+    )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -172,15 +186,22 @@ def sweep_name(config: dict[str, Any], root: Path, module_name: str, job: str | 
 
 
 def apply_gcloud_flags(
-    config: dict[str, Any], *, scale_tier: str | None, master_machine_type: str | None
+    config: dict[str, Any],
+    *,
+    scale_tier: str | None,
+    master_machine_type: str | None,
+    master_image_uri: str | None = None,
 ) -> dict[str, Any]:
-    """gcloud's --scale-tier / --master-machine-type override the config, as they do there."""
+    """gcloud's --scale-tier / --master-machine-type / --master-image-uri override the config,
+    as they do there."""
     ti = dict(config.get("trainingInput") or {})
     if scale_tier:
         ti["scaleTier"] = scale_tier.upper().replace("-", "_")
     if master_machine_type:
         ti["masterType"] = master_machine_type
         ti.setdefault("scaleTier", "CUSTOM")
+    if master_image_uri:
+        ti["masterConfig"] = {**(ti.get("masterConfig") or {}), "imageUri": master_image_uri}
     return {**config, "trainingInput": ti} if ti else config
 
 

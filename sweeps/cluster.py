@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -88,6 +89,8 @@ def runtime_env(spec: Spec) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     if remote and not in_ray_job():
         job["py_modules"] = our_packages()
     lane["env_vars"] = passed
+    if spec.resources.image:
+        lane["image_uri"] = spec.resources.image  # with env_vars only (Ray's rule)
     return job or None, lane
 
 
@@ -104,16 +107,16 @@ def connect(spec: Spec) -> tuple[dict[str, Any] | None, bool]:
     """Ray up for this spec. Returns the runtime env each lane's workers get, and whether this
     is a service (a cluster that outlives the sweep: RAY_ADDRESS, or `sweeps up` on this
     machine), whose lanes stay warm between sweeps."""
-    import ray
-
     address = os.environ.get("RAY_ADDRESS") or None
-    if not address and not ray.is_initialized():
+    if not address and not _ray_initialized():
         from sweeps.service import auth_env, load
 
         info = load()
         if info is not None:
             address = info.ray_address
-            os.environ.update(auth_env(info.token_path))
+            _set_auth_env(auth_env(info.token_path))
+    import ray
+
     job_env, lane_env = runtime_env(spec)
     ensure_ray(address, runtime_env=job_env)
     if in_ray_job() and spec.trainer.code_dir:
@@ -124,6 +127,24 @@ def connect(spec: Spec) -> tuple[dict[str, Any] | None, bool]:
         if working_dir:
             lane_env["working_dir"] = working_dir
     return lane_env, bool(address)
+
+
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized())
+
+
+def _set_auth_env(env: dict[str, str]) -> None:
+    """The service's token settings, before `import ray`: Ray reads them once, when it is
+    imported, and a process that imported it without them is refused by the service's GCS
+    (retrying for 20 s, then "Failed to connect")."""
+    if "ray" in sys.modules and any(os.environ.get(k) != v for k, v in env.items()):
+        hint = " ".join(f"{k}={v}" for k, v in env.items())
+        raise ServiceError(
+            f"the sweeps service wants Ray's token auth, but ray was imported without it: "
+            f"set {hint} before importing ray"
+        )
+    os.environ.update(env)
 
 
 SERVICE_NAMESPACE = "sweeps"
@@ -245,8 +266,53 @@ def lane_key(spec: Spec, storage_root: str, function_digest: str | None = None) 
                 with open(path, "rb") as f:
                     h.update(f.read())
         code = h.hexdigest()[:16]
+    if r.image:  # the image is the code the workers run (and its tag may move: name it)
+        code = f"image-{r.image}|{code}"
     shape = f"{r.workers}x{r.cpus_per_worker:g}cpu{r.gpus_per_worker:g}gpu-{r.placement}"
     return f"{shape}|{code}|{storage_root}"
+
+
+def check_image_nodes(spec: Spec) -> None:
+    """`resources.image`: every alive node that could run one of the trials' workers has
+    podman, which Ray's `image_uri` starts the workers with. Asked of the nodes themselves
+    (a zero-CPU task pinned to each) before any lane starts: without it, each worker's start
+    fails deep in Ray's runtime env agent and the trial is retried until it is marked FAIL."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    r = spec.resources
+    if not r.image:
+        return
+
+    def has_podman() -> bool:
+        import shutil
+
+        return shutil.which("podman") is not None
+
+    probe = ray.remote(num_cpus=0)(has_podman)
+    nodes = [
+        n
+        for n in ray.nodes()
+        if n.get("Alive")
+        and n["Resources"].get("CPU", 0) >= r.cpus_per_worker
+        and n["Resources"].get("GPU", 0) >= r.gpus_per_worker
+    ]
+    asks = {
+        n["NodeManagerAddress"]: probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n in nodes
+    }
+    try:
+        missing = sorted(addr for addr, ref in asks.items() if not ray.get(ref, timeout=120))
+    except GetTimeoutError:
+        raise ServiceError("resources.image: the nodes did not answer within 120 s") from None
+    if missing:
+        raise ServiceError(
+            f"resources.image: Ray runs {r.image} with podman, and node(s) {', '.join(missing)} "
+            "have none: install podman on every node that runs trials, or drop the image"
+        )
 
 
 def _service_actor(actor: Any, name: str, concurrency: int) -> Any:

@@ -23,11 +23,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeps import paths, service
 from sweeps.errors import NotFoundError
-from sweeps.spec import Spec
+
+if TYPE_CHECKING:  # not imported at run time: the job's supervisor starts the driver sooner
+    from sweeps.spec import Spec
 
 ENV_FILE = ".sweeps-env.json"
 SPEC_FILE = ".sweeps-spec.yaml"

@@ -20,6 +20,7 @@ from typing import Any
 from sweeps import cluster, paths, timeline
 from sweeps.callbacks import CallbackManager, DriverCallback, SweepOutcome
 from sweeps.driver import Driver
+from sweeps.errors import SpecError
 from sweeps.execution.host import ActorLauncher
 from sweeps.execution.lane import LaneConfig, LaneShape, ThreadLauncher
 from sweeps.execution.pool import LanePool, RecyclePolicy
@@ -79,8 +80,13 @@ def start_lanes(
     timeline.mark("ray.start")
     worker_env, shared = cluster.connect(spec)
     timeline.mark("ray.ready")
+    if spec.resources.image:
+        if local_mode:
+            raise SpecError("resources.image: needs Ray workers, not a local-mode sweep")
+        cluster.check_image_nodes(spec)
     r, e = spec.resources, spec.execution
     channel = cluster.BrokerChannel(r.max_failures, shared=shared)
+    timeline.mark("broker.ready")
     storage = paths.checkpoint_root()
     conf = LaneConfig(
         broker=channel.handle,
@@ -107,6 +113,7 @@ def start_lanes(
     want = 0 if spent() else min(spec.budget.parallel, spec.budget.trials)
     for lane_id in channel.claim(key, want):
         pool.adopt(lane_id)
+    timeline.mark("lanes.claimed")
     if pool.active() < want:
         channel.release_idle(keep_key=key)  # idle lanes of other sweeps give back resources
     for _ in range(want - pool.active()):
@@ -151,6 +158,9 @@ def run_sweep(
 
     try:
         channel, pool = start_lanes(spec, local_mode, function, spent)
+    except BaseException:
+        _abandon(stores)  # Ray, or a check on its nodes, failed before any trial
+        raise
     finally:
         tracker, study = stores.result()
     timeline.mark("stores.ready")
@@ -176,6 +186,20 @@ def run_sweep(
         tracker.close()
     outcome.timeline = timeline.current().to_json()
     return outcome
+
+
+def _abandon(stores: Future[Any]) -> None:
+    """A sweep that never started: its MLflow writer ends, and it leaves no study behind
+    (`ls` would list it as finished with no trials). A study that existed before, or was
+    submitted and is `queued`, stays as it was."""
+    from sweeps.study import delete_if_unused
+
+    try:
+        tracker, study = stores.result()
+    except BaseException:
+        return  # the stores' own error is reported by the caller
+    tracker.close()
+    delete_if_unused(study)
 
 
 def _in_thread(fn: Any, *args: Any) -> Future[Any]:

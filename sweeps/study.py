@@ -189,6 +189,20 @@ def open_study(spec: Spec, storage: str | Any) -> optuna.Study:
     return study
 
 
+# What open_study writes into a study it creates: with nothing else, the study is unused.
+_CREATED_ATTRS = {"sweeps.objective", "sweeps.objectives", "sweeps.created"}
+
+
+def delete_if_unused(study: optuna.Study) -> bool:
+    """Delete a study that holds only what `open_study` wrote when it created it."""
+    import optuna
+
+    if study.get_trials(deepcopy=False) or set(study.user_attrs) - _CREATED_ATTRS:
+        return False
+    optuna.delete_study(study_name=study.study_name, storage=study._storage)
+    return True
+
+
 def load_study(name: str, storage_url: str) -> optuna.Study:
     """Read-only access for show/ls/report; unknown names are the user's typo (exit 2)."""
     import optuna

@@ -194,3 +194,38 @@ def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/h/mlflow.db")
     hist = client.get_metric_history(doc["best"]["mlflow_run_id"], "accuracy")
     assert [m.step for m in hist] == [1, 2, 3, 4], "global_step is the step"
+
+
+def test_a_custom_container_job_runs_its_module_in_the_image_not_a_host_folder(tmp_path):
+    """`masterConfig.imageUri` (or gcloud's --master-image-uri) becomes resources.image: the
+    module is in the image, so no package folder is looked for or shipped."""
+    config = load_config(PKG / "config.yaml")
+    ti = apply_gcloud_flags(
+        config, scale_tier=None, master_machine_type=None, master_image_uri="reg/train:3"
+    )
+    assert ti["trainingInput"]["masterConfig"]["imageUri"] == "reg/train:3"
+    raw, notes = to_spec(ti, name="x", package_path=str(PKG), module_name="trainer.task")
+    spec = spec_from_dict(raw)
+    assert spec.resources.image == "reg/train:3" and spec.trainer.code_dir is None
+    assert spec.trainer.params["package_path"] == ""
+    assert any("imageUri reg/train:3" in n for n in notes)
+    raw, _ = to_spec(config, name="y", package_path=str(PKG), module_name="trainer.task")
+    assert "image" not in raw["resources"], "no container unless the job names one"
+    # A container job's folder holds only its config: no trainer package to find.
+    import yaml
+
+    job = tmp_path / "job"
+    job.mkdir()
+    config["trainingInput"]["masterConfig"] = {"imageUri": "reg/train:4"}
+    (job / "config.yaml").write_text(yaml.safe_dump(config))
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "import-aiplatform", str(job / "config.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    out = yaml.safe_load(r.stdout)
+    assert out["resources"]["image"] == "reg/train:4" and "code_dir" not in out["trainer"]

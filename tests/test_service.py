@@ -241,6 +241,17 @@ def test_the_next_sweep_runs_on_the_first_ones_warm_worker_processes(svc, tmp_pa
     assert len(pids_a) == 1 and pids_b == pids_a, "...and its worker process"
 
 
+def test_a_sweep_run_in_the_foreground_on_the_service_machine_takes_its_warm_lane(svc, tmp_path):
+    """`sweeps run` where `sweeps up` runs: the driver is let into the token-guarded cluster
+    (Ray reads its auth settings when it is imported, so they must be set before that) and
+    takes the lane the submitted sweeps left warm."""
+    r = svc.cli("run", _byo_spec(tmp_path / "fg.yaml", "fg", trials=2), timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lanes_a, pids_a = _lanes_and_pids(svc, "warm-a")
+    lanes, pids = _lanes_and_pids(svc, "fg")
+    assert lanes == lanes_a and pids == pids_a, (lanes, lanes_a)
+
+
 def test_a_sweep_with_its_own_code_runs_it_not_the_code_of_the_job_before(svc, tmp_path):
     # The service's lane host was started by an earlier job: lanes must get this job's code,
     # not the working dir that host inherited. A script as a user writes one.

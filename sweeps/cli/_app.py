@@ -106,3 +106,23 @@ def _options(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show our libraries' output."),
 ) -> None:
     quiet(verbose)
+
+
+IMAGE = typer.Option(
+    None, "--image", help="resources.image: the trials' workers run in this container image."
+)
+
+
+def cli_overrides(
+    set_: list[str], trials: int | None, parallel: int | None, image: str | None
+) -> list[str]:
+    """`--set` plus the shorthand flags of run and submit, as `key.path=value` overrides."""
+    overrides = list(set_)
+    for key, value in (
+        ("budget.trials", trials),
+        ("budget.parallel", parallel),
+        ("resources.image", image),
+    ):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return overrides

@@ -9,7 +9,16 @@ from typing import Any, TextIO
 
 import typer
 
-from sweeps.cli._app import app, err, exit_after_sweep, fmt, load_noting, out
+from sweeps.cli._app import (
+    IMAGE,
+    app,
+    cli_overrides,
+    err,
+    exit_after_sweep,
+    fmt,
+    load_noting,
+    out,
+)
 from sweeps.errors import SpecError, one_line
 
 AIP = "Legacy AI Platform jobs (gcloud's flags)"
@@ -31,6 +40,7 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
     trials: int | None = typer.Option(None, help="budget.trials"),
     parallel: int | None = typer.Option(None, help="budget.parallel (lanes)"),
+    image: str | None = IMAGE,
     enqueue: Path | None = typer.Option(
         None, help="JSON file: a list of param dicts to try first."
     ),
@@ -59,6 +69,9 @@ def run(
     master_machine_type: str | None = typer.Option(
         None, help="Overrides masterType.", rich_help_panel=AIP
     ),
+    master_image_uri: str | None = typer.Option(
+        None, help="Overrides masterConfig.imageUri (a custom container).", rich_help_panel=AIP
+    ),
     region: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
     runtime_version: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
     python_version: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
@@ -79,11 +92,7 @@ def run(
     from sweeps import api
     from sweeps.spec import spec_from_dict
 
-    overrides = list(set_)
-    if trials is not None:
-        overrides.append(f"budget.trials={trials}")
-    if parallel is not None:
-        overrides.append(f"budget.parallel={parallel}")
+    overrides = cli_overrides(set_, trials, parallel, image)
     if aiplatform is not None:
         # After `--` everything is the module's; Click hands the first word to SPEC.
         user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
@@ -91,7 +100,11 @@ def run(
         if not cfg.is_file():
             hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
             raise SpecError(f"AI Platform config not found: {cfg}{hint}")
-        gcloud = {"scale_tier": scale_tier, "master_machine_type": master_machine_type}
+        gcloud = {
+            "scale_tier": scale_tier,
+            "master_machine_type": master_machine_type,
+            "master_image_uri": master_image_uri,
+        }
         ignored = {
             "--job-dir": job_dir,
             "--region": region,
@@ -198,6 +211,7 @@ def _aiplatform_raw(
     `import-aiplatform` both read it."""
     from sweeps.aiplatform import (
         apply_gcloud_flags,
+        image_uri,
         load_config,
         package_root,
         sweep_name,
@@ -206,7 +220,9 @@ def _aiplatform_raw(
 
     module = module_name or "trainer.task"
     data = apply_gcloud_flags(load_config(config), **gcloud)
-    root = package_root(package_path, module, config)
+    # A custom container holds the module: no host package to find (gcloud needs none either).
+    image = image_uri(data) and package_path is None
+    root = Path.cwd() if image else package_root(package_path, module, config)
     return to_spec(
         data,
         name=name or sweep_name(data, root, module, job),

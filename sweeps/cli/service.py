@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sweeps.cli._app import app, load_noting, out
+from sweeps.cli._app import IMAGE, app, cli_overrides, load_noting, out
 
 ADDRESS = typer.Option(
     None, "--address", help="Jobs API of a cluster, http://HOST:8265 (default: `sweeps up`'s)."
@@ -50,18 +50,14 @@ def submit(
     set_: list[str] = typer.Option([], "--set", help="Override a field: key.path=value."),
     trials: int | None = typer.Option(None, help="budget.trials"),
     parallel: int | None = typer.Option(None, help="budget.parallel (lanes)"),
+    image: str | None = IMAGE,
     address: str | None = ADDRESS,
     as_json: bool = typer.Option(False, "--json", help="Print {name, job_id, address}."),
 ) -> None:
     """Submit a sweep to the service and return: it goes on when this terminal closes."""
     from sweeps import api
 
-    overrides = list(set_)
-    if trials is not None:
-        overrides.append(f"budget.trials={trials}")
-    if parallel is not None:
-        overrides.append(f"budget.parallel={parallel}")
-    s = load_noting(spec, overrides, name)
+    s = load_noting(spec, cli_overrides(set_, trials, parallel, image), name)
     api.validate_spec(s)
     doc = api.submit(s, address=address)
     if as_json:

@@ -77,6 +77,9 @@ class Resources(_Model):
     # pack: a trial's workers on as few nodes as fit; spread: on as many (one lost node then
     # costs fewer workers, and the group restarts on the others).
     placement: Literal["pack", "spread"] = "pack"
+    # A container image the trials' workers run in (Ray's `image_uri`: podman on every node
+    # that runs trials; the image holds the code, and the same Ray and Python as the cluster).
+    image: str | None = Field(None, min_length=1, pattern=r"^\S+$")
 
     @field_validator("gpus_per_worker")
     @classmethod
@@ -278,6 +281,15 @@ class Spec(_Model):
             and not (self.trainer.data_dir)
         ):
             raise ValueError(f"trainer.data_dir: required for dataset '{self.trainer.dataset}'")
+        return self
+
+    @model_validator(mode="after")
+    def _image(self) -> Spec:
+        if self.resources.image and self.trainer.code_dir:
+            # Ray's image_uri takes no working dir or path: a host folder is not in the image.
+            raise ValueError(
+                "resources.image: the trials' code comes in the image; drop trainer.code_dir"
+            )
         return self
 
     @model_validator(mode="after")
