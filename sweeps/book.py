@@ -22,7 +22,13 @@ from sweeps.execution.lane import Lane, LaneShape
 from sweeps.policies import BudgetPolicy, FailurePolicy
 from sweeps.protocol import Assignment, Decision, TrialResult, UserMetrics
 from sweeps.spec import COMPUTED_METRICS
-from sweeps.trialconf import trainer_settings, trial_config, trial_resources, trial_seed
+from sweeps.trialconf import (
+    final_step,
+    trainer_settings,
+    trial_config,
+    trial_resources,
+    trial_seed,
+)
 
 
 class TrialBook:
@@ -54,9 +60,8 @@ class TrialBook:
     def ask(self) -> TrialRecord:
         """A new trial, claimed and sampled. Raises what the sampler raises (the trial is then
         already told FAIL)."""
-        trial = self.study.ask()
-        # Claimed at once: a driver joining now must not take it for a crashed one's.
-        trial.set_user_attr("sweeps.driver", self.driver_id)
+        # Claimed as it is created: a driver joining now must not take it for a crashed one's.
+        trial = st.ask(self.study, {"sweeps.driver": self.driver_id})
         now = self.clock()
         try:
             params = space.suggest(trial, self.spec)
@@ -157,6 +162,9 @@ class TrialBook:
         if self.spec.multi_objective or not self.reported_objectives:
             return Decision.CONTINUE  # Optuna prunes single-objective studies only
         rec.trial.report(metrics[self.reported_objectives[0]], step)
+        last = final_step(self.spec, rec.config)
+        if last is not None and step >= last:
+            return Decision.CONTINUE  # trained to the end: a complete result, not a pruned one
         return Decision.PRUNE if rec.trial.should_prune() else Decision.CONTINUE
 
     def restarted(self, key: tuple[str, int], restarts: int) -> None:

@@ -33,6 +33,15 @@ def trial_config(spec: Spec, params: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def final_step(spec: Spec, config: dict[str, Any]) -> int | None:
+    """Pure: the step of a trial's last report, where the sweep knows it: the built-in trainer
+    reports once per epoch. User code and programs may stop anywhere (None)."""
+    t = spec.trainer
+    if t.entrypoint or t.command_line is not None:
+        return None
+    return int(config.get("epochs", t.epochs))
+
+
 def trial_resources(spec: Spec, params: dict[str, Any]) -> dict[str, Any]:
     """Pure: the trial's resources, where searched ones override the spec's."""
     r = spec.resources

@@ -69,6 +69,35 @@ def test_optuna_private_names_used_by_the_adapter_exist(tmp_path):
     assert not st.fail_trial(study, st.trial_id(other), "again"), "already finished"
 
 
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_ask_creates_a_claimed_trial_and_still_pops_waiting_ones(db, tmp_path, request):
+    """`st.ask`: a new trial carries its attrs from the start; an enqueued (WAITING) trial is
+    still taken first, with its fixed params; attrs written at a trial's end are upserts."""
+    if db == "sqlite":
+        url = f"sqlite:///{tmp_path}/o.db"
+    else:
+        url = request.getfixturevalue("postgres").create_database("adapter_ask")
+    spec = make_spec(name="ask")
+    study = st.open_study(spec, url)
+    first = st.ask(study, {"sweeps.driver": "d1"})
+    frozen = study.trials[0]
+    assert frozen.state == optuna.trial.TrialState.RUNNING and frozen.datetime_start
+    assert frozen.user_attrs == {"sweeps.driver": "d1"} and first.number == 0
+    study.enqueue_trial({"lr": 0.005})
+    popped = st.ask(study, {"sweeps.driver": "d2"})
+    assert popped.number == 1 and popped.suggest_float("lr", 0.001, 0.02, log=True) == 0.005
+    assert study.trials[1].user_attrs == {"sweeps.driver": "d2"}
+    third = st.ask(study, {})
+    assert third.number == 2 and st.counted_trials(study) == 3
+    tid = st.trial_id(first)
+    st.set_trial_attrs(study, tid, {"a": 1, "b": [1, "x"]})
+    st.set_trial_attrs(study, tid, {"a": 2})  # an upsert, not a second row
+    assert study.trials[0].user_attrs == {"sweeps.driver": "d1", "a": 2, "b": [1, "x"]}
+    st.tell(study, first, 0.5)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        st.set_trial_attrs(study, tid, {"a": 3})
+
+
 def test_mlflow_internal_names_used_by_the_adapter_exist(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     import mlflow

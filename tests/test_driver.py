@@ -65,6 +65,30 @@ def test_the_pruner_decides_prune_and_the_trial_ends_pruned():
     assert h.tracker.ends[a.trial_number].state == "PRUNED"
 
 
+def test_a_trial_at_its_last_epoch_is_never_pruned():
+    """The built-in trainer's last report (epochs = 3 here) ends the training anyway: pruning
+    there would throw a complete result away and label it PRUNED. Earlier epochs still prune;
+    user code, whose last step the driver cannot know, is pruned as Optuna says."""
+    h = _started(pruner={"name": "median", "options": {"n_startup_trials": 1}})
+    (lane,) = h.lanes
+    h.run_trial(lane, [0.8, 0.9, 0.95])
+    a = h.next(lane)
+    assert h.report(a, lane, 1, val_accuracy=0.85) is Decision.CONTINUE
+    assert h.report(a, lane, 2, val_accuracy=0.92) is Decision.CONTINUE
+    assert h.report(a, lane, 3, val_accuracy=0.1) is Decision.CONTINUE, "the last epoch"
+    assert h.trial(a.trial_number).intermediate_values[3] == 0.1, "still reported to Optuna"
+    b = h.next(lane)
+    assert h.report(b, lane, 2, val_accuracy=0.1) is Decision.PRUNE, "before it, it prunes"
+    u = _started(
+        pruner={"name": "median", "options": {"n_startup_trials": 1}},
+        trainer={"entrypoint": "byo_tasks:train", "epochs": 3},
+    )
+    (lane,) = u.lanes
+    u.run_trial(lane, [0.8, 0.9, 0.95])
+    c = u.next(lane)
+    assert u.report(c, lane, 3, val_accuracy=0.1) is Decision.PRUNE, "user code: Optuna decides"
+
+
 def test_a_finished_trial_is_complete_with_its_value_and_cost_attrs():
     h = _started()
     (lane,) = h.lanes
