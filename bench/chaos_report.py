@@ -424,11 +424,9 @@ def main() -> None:
     ]
     lines += [f"| {f} | {n} | {s} | {lost} | {left} |" for f, n, s, lost, left in rows]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "chaos_report", text)
+    publish(text, args.out, "chaos_report")
 
 
 if __name__ == "__main__":

@@ -88,11 +88,9 @@ def main() -> None:
     for name, secs, target in rows:
         lines.append(f"| `{name}` | {secs:.2f} | {target if target else '-'} |")
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "cli_latency", text)
+    publish(text, args.out, "cli_latency")
 
 
 if __name__ == "__main__":

@@ -296,11 +296,9 @@ def main() -> None:
         f"- lanes / plain wall at 6 trials: {rows['lanes-6']['wall'] / rows['plain-6']['wall']:.2f}"
     )
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "compare_peers", text)
+    publish(text, args.out, "compare_peers")
 
 
 if __name__ == "__main__":

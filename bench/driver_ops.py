@@ -98,11 +98,9 @@ def main() -> None:
         f"| ratio adapter / Optuna's API | **{ratio:.2f}** |",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "driver_ops", text)
+    publish(text, args.out, "driver_ops")
 
 
 if __name__ == "__main__":

@@ -127,11 +127,9 @@ def main() -> None:
         f"| mean trial duration (assignment to result) | {per_trial * 1000:.0f} ms | |",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "memory", text)
+    publish(text, args.out, "memory")
 
 
 if __name__ == "__main__":

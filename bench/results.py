@@ -21,3 +21,10 @@ def write_section(path: str, name: str, text: str) -> None:
         else (body.rstrip() + "\n\n" + block + "\n")
     )
     p.write_text(body)
+
+
+def publish(text: str, out: str | None, name: str) -> None:
+    """A bench's table: printed, and (with --out) kept as its section of RESULTS.md."""
+    print(text)
+    if out:
+        write_section(out, name, text)

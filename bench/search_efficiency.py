@@ -180,11 +180,9 @@ def main() -> None:
         "(about 1 random configuration in 6 hits the target there; see the script's docstring)",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, args.section, text)
+    publish(text, args.out, args.section)
 
 
 if __name__ == "__main__":

@@ -104,11 +104,9 @@ def main() -> None:
         f"({', '.join(warm['lanes'])}).",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "service", text)
+    publish(text, args.out, "service")
 
 
 if __name__ == "__main__":

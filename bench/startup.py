@@ -123,11 +123,9 @@ def main() -> None:
     for label, start, took in breakdown(phases[-1]):
         lines.append(f"| {label} | {start:.2f} | {took:.2f} |")
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "startup", text)
+    publish(text, args.out, "startup")
 
 
 if __name__ == "__main__":

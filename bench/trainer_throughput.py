@@ -116,11 +116,9 @@ def main() -> None:
         lines.append(f"| {dataset} | {model} | {bs} | {b:,.0f} | {o:,.0f} | **{o / b:.3f}** |")
     lines += ["", "Target: ours / bare >= 0.95. Median of epochs 2..N, two interleaved rounds."]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        from bench.results import write_section
+    from bench.results import publish
 
-        write_section(args.out, "trainer_throughput", text)
+    publish(text, args.out, "trainer_throughput")
 
 
 if __name__ == "__main__":
