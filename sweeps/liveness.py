@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from sweeps.study import fresh_study_attrs, outage_tolerant, storage_engine
+from sweeps.outage import outage_tolerant
+from sweeps.study import fresh_study_attrs, storage_engine
 
 if TYPE_CHECKING:
     import optuna

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sweeps.errors import NotFoundError, ServiceError, SpecError, one_line
+from sweeps.outage import outage_tolerant
 from sweeps.paths import ensure_local_dirs
 from sweeps.redact import mask_url
 
@@ -66,47 +67,6 @@ def _new_rdb_storage(url: str, kwargs: dict[str, Any], patience_s: float = 20.0)
             if not raced or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-
-
-OUTAGE_S = float(os.environ.get("SWEEPS_STORAGE_OUTAGE_S", "300"))
-
-
-def outage_tolerant(fn: Any, url: str) -> Any:
-    """`fn`, retried with backoff while the database is unreachable (up to OUTAGE_S)."""
-    import logging
-
-    import sqlalchemy.exc
-    from optuna.exceptions import StorageInternalError
-
-    transient = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
-    log = logging.getLogger("sweeps.storage")
-
-    def wrap(fn: Any) -> Any:
-        def call(*args: Any, **kw: Any) -> Any:
-            deadline, delay = time.monotonic() + OUTAGE_S, 0.5
-            while True:
-                try:
-                    return fn(*args, **kw)
-                except (*transient, StorageInternalError) as e:
-                    # Optuna wraps a failed commit; only a lost connection underneath is ours
-                    # to wait out, a bad value is not.
-                    if isinstance(e, StorageInternalError) and not isinstance(
-                        e.__cause__, transient
-                    ):
-                        raise
-                    if time.monotonic() + delay > deadline:
-                        raise ServiceError(
-                            f"Optuna storage {mask_url(url)} unreachable for {OUTAGE_S:g} s: "
-                            f"{one_line(e)}"
-                        ) from None
-                    cause = e.__cause__ or e
-                    log.warning("Optuna storage unreachable, sweep paused: %s", one_line(cause))
-                    time.sleep(delay)
-                    delay = min(delay * 2, 10.0)
-
-        return call
-
-    return wrap(fn)
 
 
 def _ride_out_outages(storage: Any, url: str) -> None:

@@ -234,6 +234,10 @@ def run_trial(
         resume_dir = ctx.extras.get("resume_dir")
         if resume_dir:
             shutil.rmtree(resume_dir, ignore_errors=True)
+    # Every rank's last lines are at the broker (ship_output waited for it) before rank 0 hands
+    # in the result: the driver drops output of a trial that has ended, and rank 1's tail once
+    # lost that race (a trial's log with rank 0's lines only).
+    _barrier(world)
     if rank != 0:
         return None
     result.worker_rss_mb = _rss_mb()
