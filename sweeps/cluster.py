@@ -91,6 +91,10 @@ def runtime_env(spec: Spec) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     lane["env_vars"] = passed
     if spec.resources.image:
         lane["image_uri"] = spec.resources.image  # with env_vars only (Ray's rule)
+        # An image's Python may differ from the cluster's in its patch release only (Debian's
+        # 3.11.2 beside a 3.11.7): the same ABI, so a warning in the worker's log rather than
+        # Ray's traceback in the user's terminal. Another minor version is still an error.
+        passed["RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"] = "minor"
     return job or None, lane
 
 
@@ -272,6 +276,24 @@ def lane_key(spec: Spec, storage_root: str, function_digest: str | None = None) 
     return f"{shape}|{code}|{storage_root}"
 
 
+def check_image_storage(storage: str, local_mode: bool) -> None:
+    """`resources.image`: the workers' checkpoints must reach storage outside their containers.
+    Ray's podman mounts only its own temp folder, so a local checkpoint folder would be one
+    inside each container, gone with it (and a lost worker's trial would find nothing)."""
+    if local_mode:
+        raise SpecError("resources.image: needs Ray workers, not a local-mode sweep")
+    if "://" not in storage or storage.startswith("file://"):
+        raise SpecError(
+            f"resources.image: checkpoints would go to {storage}, a folder inside each "
+            "worker's container, lost with it: set SWEEPS_CHECKPOINTS to storage the "
+            "containers share (gs://bucket/prefix)"
+        )
+
+
+# What Ray's image_uri (2.60) starts the workers' containers with, on each node.
+CONTAINER_TOOL = "podman"
+
+
 def check_image_nodes(spec: Spec) -> None:
     """`resources.image`: every alive node that could run one of the trials' workers has
     podman, which Ray's `image_uri` starts the workers with. Asked of the nodes themselves
@@ -282,15 +304,14 @@ def check_image_nodes(spec: Spec) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     r = spec.resources
-    if not r.image:
-        return
 
-    def has_podman() -> bool:
+    def has(tool: str) -> bool:
         import shutil
 
-        return shutil.which("podman") is not None
+        return shutil.which(tool) is not None
 
-    probe = ray.remote(num_cpus=0)(has_podman)
+    tool = CONTAINER_TOOL
+    probe = ray.remote(num_cpus=0)(has)
     nodes = [
         n
         for n in ray.nodes()
@@ -301,7 +322,7 @@ def check_image_nodes(spec: Spec) -> None:
     asks = {
         n["NodeManagerAddress"]: probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote()
+        ).remote(tool)
         for n in nodes
     }
     try:
@@ -310,8 +331,8 @@ def check_image_nodes(spec: Spec) -> None:
         raise ServiceError("resources.image: the nodes did not answer within 120 s") from None
     if missing:
         raise ServiceError(
-            f"resources.image: Ray runs {r.image} with podman, and node(s) {', '.join(missing)} "
-            "have none: install podman on every node that runs trials, or drop the image"
+            f"resources.image: Ray runs {r.image} with {tool}, and node(s) {', '.join(missing)} "
+            f"have none: install {tool} on every node that runs trials, or drop the image"
         )
 
 

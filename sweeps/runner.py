@@ -20,7 +20,6 @@ from typing import Any
 from sweeps import cluster, paths, timeline
 from sweeps.callbacks import CallbackManager, DriverCallback, SweepOutcome
 from sweeps.driver import Driver
-from sweeps.errors import SpecError
 from sweeps.execution.host import ActorLauncher
 from sweeps.execution.lane import LaneConfig, LaneShape, ThreadLauncher
 from sweeps.execution.pool import LanePool, RecyclePolicy
@@ -77,17 +76,17 @@ def start_lanes(
     an earlier sweep left idle first (same shape and code), new ones for the rest. (They may
     turn out not to be needed: they are told to stop.) `spent()`, asked once Ray is up, says
     that the study has used its trial budget already (a finished sweep run again): no lanes."""
+    storage = paths.checkpoint_root()
+    if spec.resources.image:
+        cluster.check_image_storage(storage, local_mode)
     timeline.mark("ray.start")
     worker_env, shared = cluster.connect(spec)
     timeline.mark("ray.ready")
     if spec.resources.image:
-        if local_mode:
-            raise SpecError("resources.image: needs Ray workers, not a local-mode sweep")
         cluster.check_image_nodes(spec)
     r, e = spec.resources, spec.execution
     channel = cluster.BrokerChannel(r.max_failures, shared=shared)
     timeline.mark("broker.ready")
-    storage = paths.checkpoint_root()
     conf = LaneConfig(
         broker=channel.handle,
         train_config={"warmup": warm_up_settings(spec)},

@@ -36,16 +36,27 @@ def test_an_image_with_a_host_code_dir_is_named(tmp_path):
         spec_from_dict({**make_spec().model_dump(), "resources": {"image": "two words"}})
 
 
+def test_an_image_sweep_checkpoints_outside_its_containers():
+    cluster.check_image_storage("gs://bucket/ckpt", local_mode=False)
+    for local in ("/home/me/.sweeps/checkpoints", "file:///srv/ckpt"):
+        with pytest.raises(SpecError, match=r"resources.image: .*inside each worker's container"):
+            cluster.check_image_storage(local, local_mode=False)
+    with pytest.raises(SpecError, match="local-mode"):
+        cluster.check_image_storage("gs://bucket/ckpt", local_mode=True)
+
+
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_node_without_podman_stops_an_image_sweep_before_any_trial(home):
+def test_a_node_without_podman_stops_an_image_sweep_before_any_trial(home, monkeypatch):
     spec = make_spec(name="img", resources={"image": "sweeps-test/none:1"})
+    monkeypatch.setenv("SWEEPS_CHECKPOINTS", "gs://never-written/ckpt")
     if shutil.which("podman") is not None:  # a machine that has it: the node says so too
         cluster.check_image_nodes(spec)
-        return
+    # The node is asked for the tool by name: one no node has stands for a node without podman.
+    monkeypatch.setattr(cluster, "CONTAINER_TOOL", "podman-not-on-this-node")
     with pytest.raises(ServiceError) as e:
         api.run(spec, install_signals=False)
     msg = str(e.value)
-    assert "\n" not in msg and "podman" in msg and "sweeps-test/none:1" in msg, msg
+    assert "\n" not in msg and "podman-not-on-this-node" in msg and "sweeps-test/none:1" in msg
     storage = f"sqlite:///{home}/optuna.db"
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     assert "img" not in names, "a sweep that never started leaves no study behind"

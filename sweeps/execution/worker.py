@@ -127,7 +127,8 @@ class _Tee(io.TextIOBase):
 
 
 def _hardware(device: Any, world: int) -> dict[str, str]:
-    """What the trial ran on, for the learning log: GPU model, world size, host."""
+    """What the trial ran on, for the learning log: GPU model, world size, host, and the
+    interpreter (a trial in a container image runs the image's)."""
     import platform
 
     gpu = "none"
@@ -138,7 +139,12 @@ def _hardware(device: Any, world: int) -> dict[str, str]:
             gpu = torch.cuda.get_device_name(device)
     except Exception:
         pass
-    return {"gpu_model": gpu, "world_size": str(world), "host": platform.node()}
+    return {
+        "gpu_model": gpu,
+        "world_size": str(world),
+        "host": platform.node(),
+        "python": sys.executable,
+    }
 
 
 def _rss_mb() -> float:
