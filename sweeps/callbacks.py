@@ -135,7 +135,13 @@ class Tracker(Protocol):
     blocking_s: float  # time the driver's loop spent waiting on the tracker
 
     def start_sweep(self, ctx: SweepContext) -> None:
-        """Create or reopen the sweep's parent run; sets ctx.parent_run_id / experiment_id."""
+        """Create or reopen the sweep's parent run, without waiting for it where the writes
+        happen elsewhere: `sweep_run` puts its ids on ctx."""
+
+    def sweep_run(self, ctx: SweepContext, timeout: float | None) -> bool:
+        """Set ctx.parent_run_id / experiment_id once known (waiting up to `timeout`); False
+        while the parent run is still being made. Raises if the store refused it."""
+        ...
 
     def start_trial(self, ctx: SweepContext, t: TrialRecord) -> None:
         """Create the trial's run without blocking the driver; its id comes back through

@@ -49,6 +49,7 @@ class Driver:
         self.book.clock = self.clock
         self.pulse = liveness.Pulse(self.study, self.driver_id, self.started)
         self._restore: Callable[[], None] = lambda: None
+        self._linked = False  # the MLflow parent run's ids are on the study
 
     def start(self) -> None:
         self.budget.load(recovery.open_sweep(self.ctx, self.driver_id, self.tracker, self.enqueue))
@@ -69,6 +70,10 @@ class Driver:
             self._dispatch(ev)
         for trial_id, run_id in self.tracker.created_runs():
             self.book.link_run(trial_id, run_id)
+        if not self._linked:
+            self._link(0)
+        if self.book.untold:
+            self.book.tell_overdue()
         self._tick()
         self._reap()
         self.channel.flush()
@@ -176,6 +181,17 @@ class Driver:
         may = lambda: self._launch_decision().launch  # noqa: E731 - asked only when needed
         self.pool.replace(parallel, st.launching, st.cancelling, may)
 
+    def _link(self, timeout: float | None) -> None:
+        """The parent run, once the tracker has made it (in its writer process, while the
+        first trials run): its ids go on the study. MLflow refusing it fails the sweep."""
+        try:
+            if not self.tracker.sweep_run(self.ctx, timeout):
+                return
+            recovery.link_parent(self.ctx)
+        except Exception as e:
+            self.status.fail(f"MLflow parent run: {one_line(e)}")
+        self._linked = True
+
     def _launch_decision(self) -> Any:
         return self.budget.check(counted_trials(self.study), len(self.book.running))
 
@@ -183,6 +199,9 @@ class Driver:
         for rec in self.pool.drop_parked():
             self.book.drop(rec)
         self.book.fail_all(self.status.reason or "driver stopped")
+        self.book.tell_overdue(wait_s=self.book.LINK_WAIT_S)  # nothing left RUNNING
+        if not self._linked:
+            self._link(600)
         wall = self.clock() - (self.wall_since or self.started)
         s = summary.conclude(self.study, self.spec.name, self.status, self.book, wall)
         self.tracker.end_sweep(self.ctx, s)

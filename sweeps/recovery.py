@@ -18,8 +18,8 @@ def open_sweep(
 ) -> list[tuple[float, float, float | None]]:
     """Everything a driver does with the study before its first trial, in order: say it is
     alive, keep the spec, take over a dead driver's trials, warm start, queue the user's
-    configurations, open the MLflow parent run and link it. Returns what earlier drivers spent
-    (for the budget)."""
+    configurations, and start opening the MLflow parent run (`link_parent` records its ids
+    once the tracker has them). Returns what earlier drivers spent (for the budget)."""
     study = ctx.study
     ctx.parent_run_id = study.user_attrs.get("sweeps.mlflow_parent_run_id")
     ctx.experiment_id = study.user_attrs.get("sweeps.mlflow_experiment_id")
@@ -30,10 +30,17 @@ def open_sweep(
     ctx.requeued = recover_stale(study, driver_id, tracker.close_stale_run, find)
     ctx.warm_notes = prepare(study, ctx.spec, ctx.storage_url, enqueue)
     tracker.start_sweep(ctx)
-    if ctx.parent_run_id:
-        study.set_user_attr("sweeps.mlflow_parent_run_id", ctx.parent_run_id)
-        study.set_user_attr("sweeps.mlflow_experiment_id", ctx.experiment_id)
     return finished_spend(study)
+
+
+def link_parent(ctx: SweepContext) -> None:
+    """The parent run's ids on the study: `show`, reports and a later resume find the run."""
+    if ctx.parent_run_id and ctx.study is not None:
+        attrs = ctx.study.user_attrs
+        if attrs.get("sweeps.mlflow_parent_run_id") != ctx.parent_run_id:
+            ctx.study.set_user_attr("sweeps.mlflow_parent_run_id", ctx.parent_run_id)
+        if attrs.get("sweeps.mlflow_experiment_id") != ctx.experiment_id:
+            ctx.study.set_user_attr("sweeps.mlflow_experiment_id", ctx.experiment_id)
 
 
 def recover_stale(

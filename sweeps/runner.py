@@ -40,15 +40,14 @@ def check_tracking(spec: Spec) -> str:
 
 
 def open_tracker(uri: str) -> Any:
-    from tracking.mlflow_compat import check_reachable
+    """The tracker, its writes in a process of their own (the driver's loop keeps a core; see
+    writer_proc). That process imports MLflow and creates a new store's schema while Ray
+    starts here: this one does not wait for either (tracking.sweep_run)."""
     from tracking.tracker import MLflowTracker
 
-    if uri.startswith("sqlite"):
-        check_reachable(uri)  # creates a new store's schema
     if uri.startswith("sqlite:///"):
         _wal(uri.removeprefix("sqlite:///"))
     artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
-    # The writes in a process of their own: the driver's loop keeps a core (see writer_proc).
     return MLflowTracker(uri, artifact_root, process=True)
 
 
@@ -146,26 +145,31 @@ def run_sweep(
     timeline.mark("stores.start")
     storage_url = paths.storage_url(spec.storage)
     uri = check_tracking(spec)
-    # A store on the network that does not answer is a clear error before Ray starts; local
-    # SQLite files are created (their schemas are the slow part) while Ray comes up. Ray itself
+    # A store on the network that does not answer is a clear error before Ray starts; a local
+    # SQLite study is created (its schema is the slow part) while Ray comes up. Ray itself
     # starts on this thread: the processes it spawns die with the thread that spawned them.
     study = None if storage_url.startswith("sqlite") else open_study(spec, storage_url)
-    stores = _in_thread(lambda: (open_tracker(uri), study or open_study(spec, storage_url)))
-
-    def spent() -> bool:  # the stores are ready by the time Ray is, as a rule
-        return not enqueue and counted_trials(stores.result()[1]) >= spec.budget.trials
-
+    tracker = open_tracker(uri)
     try:
-        channel, pool = start_lanes(spec, local_mode, function, spent)
+        opened = _in_thread(lambda: study or open_study(spec, storage_url))
+
+        def spent() -> bool:  # the study is ready by the time Ray is, as a rule
+            return not enqueue and counted_trials(opened.result()) >= spec.budget.trials
+
+        try:
+            channel, pool = start_lanes(spec, local_mode, function, spent)
+        except BaseException:
+            _abandon(opened)  # Ray, or a check on its nodes, failed before any trial
+            raise
+        study = opened.result()
     except BaseException:
-        _abandon(stores)  # Ray, or a check on its nodes, failed before any trial
+        tracker.close()  # its writer process ends too
         raise
-    finally:
-        tracker, study = stores.result()
     timeline.mark("stores.ready")
     try:
         observers = CallbackManager(
-            [*(callbacks or []), PlotLogger(tracker), TimelineLogger(tracker)]
+            # Plotting warms up only while some lane starts cold (pool.index: lanes started).
+            [*(callbacks or []), PlotLogger(tracker, pool.index > 0), TimelineLogger(tracker)]
         )
         driver = Driver(
             spec,
@@ -187,17 +191,16 @@ def run_sweep(
     return outcome
 
 
-def _abandon(stores: Future[Any]) -> None:
-    """A sweep that never started: its MLflow writer ends, and it leaves no study behind
-    (`ls` would list it as finished with no trials). A study that existed before, or was
-    submitted and is `queued`, stays as it was."""
+def _abandon(opened: Future[Any]) -> None:
+    """A sweep that never started leaves no study behind (`ls` would list it as finished with
+    no trials). A study that existed before, or was submitted and is `queued`, stays as it
+    was."""
     from sweeps.study import delete_if_unused
 
     try:
-        tracker, study = stores.result()
+        study = opened.result()
     except BaseException:
-        return  # the stores' own error is reported by the caller
-    tracker.close()
+        return  # the store's own error is reported by the caller
     delete_if_unused(study)
 
 

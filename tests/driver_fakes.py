@@ -76,6 +76,9 @@ class RecordingTracker:
         ctx.experiment_id, ctx.parent_run_id = "1", "parent"
         self.calls.append(("start_sweep", None))
 
+    def sweep_run(self, ctx: Any, timeout: float | None) -> bool:
+        return ctx.parent_run_id is not None
+
     created: list[tuple[int, str]] = field(default_factory=list)
 
     def start_trial(self, ctx: Any, t: Any) -> None:

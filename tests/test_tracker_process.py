@@ -5,6 +5,7 @@ driver, which says what may be missing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -114,3 +115,47 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_the_parent_run_is_made_by_the_writer_process_and_mlflow_stays_out_of_the_driver(tmp_path):
+    """A driver hands the parent run to the writer process and goes on: the trial it starts
+    before the parent's ids come back is still nested under it, and the driver never imported
+    MLflow (its import and the store's schema were ~2 s before a warm sweep's first trial)."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "tests")!r}]
+        import time
+        from conftest import make_spec
+        from sweeps.callbacks import SweepContext, TrialEnd, TrialRecord
+        from sweeps.protocol import TrialResult
+        from tracking.tracker import MLflowTracker
+        tracker = MLflowTracker({uri!r}, process=True)
+        ctx = SweepContext(make_spec(name="nested"), "nested", "sqlite://", time.time())
+        tracker.start_sweep(ctx)
+        early = ctx.parent_run_id
+        t = TrialRecord(number=0, trial_id=7, params={{"lr": 0.1}},
+                        config={{"lr": 0.1, "epochs": 2}}, seed=1, asked_at=0.0, assigned_at=0.0)
+        tracker.start_trial(ctx, t)  # what test_tracker_batch._record does
+        tracker.log_epoch(ctx, t, 1, {{"val": 0.5}})
+        tracker.log_epoch(ctx, t, 2, {{"val": 0.6}})
+        t.last_step = 2
+        result = TrialResult(state="complete", metrics={{"val": 0.6}})
+        tracker.end_trial(ctx, t, TrialEnd("COMPLETE", [0.6], result, {{"duration_s": 1.0}}))
+        assert tracker.sweep_run(ctx, 120) and tracker.flush() == []
+        print(json.dumps([early, ctx.parent_run_id, ctx.experiment_id,
+                          sorted(m for m in sys.modules if m.split(".")[0] == "mlflow")]))
+        tracker.close()
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    early, parent, experiment, imported = json.loads(r.stdout.splitlines()[-1])
+    assert early is None and parent and experiment, "the ids came back, later"
+    assert imported == [], "the driver's side never imports MLflow"
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([experiment], "tags.`sweeps.role` = 'trial'")
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert client.get_run(parent).data.params["sampler"] == "tpe"
+    _assert_whole(uri, run.info.run_id)

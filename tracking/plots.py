@@ -38,6 +38,12 @@ def make_plots(study: Any, out_dir: str) -> tuple[dict[str, dict[str, str]], lis
         names = ["pareto_front"]
     files: dict[str, dict[str, str]] = {}
     notes: list[str] = []
+    searched = {k for t in study.get_trials(deepcopy=False) for k in t.params}
+    if "param_importances" in names and len(searched) < 2:
+        # One parameter has importance 1: drawing it cost the 1,000-trial sweep ~2 s at its
+        # end (scikit-learn's import and a fANOVA forest over every trial).
+        names.remove("param_importances")
+        notes.append("param_importances: not drawn (fewer than two parameters searched)")
     for name in names:
         kw: dict[str, Any] = {}
         if name == "pareto_front":
@@ -96,8 +102,13 @@ class PlotLogger(DriverCallback):
     """At the sweep's end, its plots go to the parent run (`plots/`) through the tracker's
     ordered writer. A plotting problem is a note on the run, never a failed sweep."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: Tracker, warm_up: bool = True) -> None:
+        """`warm_up`: draw once in the background while lanes start cold. Not when every lane
+        came warm: then there is no idle time to fill, and the drawing libraries' import
+        starved the driver's loop of the GIL (a warm sweep's trial waited ~1-2 s for its
+        next assignment, its end for the summary)."""
         self.tracker = tracker
+        self.warm_up = warm_up
         self._warm: threading.Thread | None = None
 
     # Above this budget the head start is not worth its memory: ~2 s off a sweep of minutes,
@@ -106,7 +117,7 @@ class PlotLogger(DriverCallback):
     WARM_UP_MAX_TRIALS = 100
 
     def on_sweep_start(self, ctx: SweepContext) -> None:
-        if ctx.spec.budget.trials > self.WARM_UP_MAX_TRIALS or not ctx.parent_run_id:
+        if not self.warm_up or ctx.spec.budget.trials > self.WARM_UP_MAX_TRIALS:
             return
         # A daemon thread: a sweep that ends (or fails) first only waits for it in on_sweep_end.
         self._warm = threading.Thread(target=self._warm_up, name="sweeps-plots-warm", daemon=True)

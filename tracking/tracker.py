@@ -11,42 +11,35 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import threading
 import time
 from typing import Any
 
 from sweeps import paths, timeline
-from sweeps.callbacks import SweepContext, SweepSummary, TrialEnd, TrialRecord
+from sweeps.callbacks import SweepContext, TrialEnd, TrialRecord
 from sweeps.errors import one_line
-from sweeps.redact import mask_url, redact_mapping, redacted_spec_yaml
+from sweeps.redact import redact_mapping
 from tracking import mlflow_compat, model_log
 from tracking.batches import Batch, TrialBatches
-from tracking.mlflow_compat import PARENT_RUN_TAG, system_metrics_monitor
-from tracking.runinfo import code_tags, sweep_params
+from tracking.mlflow_compat import PARENT_RUN_TAG
+from tracking.sweep_run import SweepRun
 from tracking.writer import NotReady, OrderedWriter
 
-EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}
-SWEEP_STATUS = {
-    "finished": "FINISHED",
-    "stopped": "FINISHED",
-    "interrupted": "KILLED",
-    "cancelled": "KILLED",
-}
 
 
-class MLflowTracker:
+class MLflowTracker(SweepRun):
     def __init__(
         self, tracking_uri: str, artifact_root: str | None = None, process: bool = False
     ) -> None:
         """`process`: the trials' writes run in a child process of their own (see
         `tracking.writer_proc`) instead of this process's writer thread."""
-        from mlflow.tracking import MlflowClient
-
         self.uri = tracking_uri
         self.artifact_root = artifact_root
-        self.client = MlflowClient(tracking_uri)
-        if tracking_uri.startswith("sqlite"):
-            mlflow_compat.fast_sqlite_store(self.client)
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        self._sweep: tuple[str, str] | None = None  # (experiment, parent run) where writes happen
+        self._pending: Any = None  # the parent run, being made by the writer process
         self.writer = OrderedWriter("mlflow")
         self._runs: dict[int, str] = {}  # trial_id -> run_id, written by the writer thread
         self._models: set[int] = set()  # trials whose model was logged
@@ -60,21 +53,44 @@ class MLflowTracker:
 
             self.remote = RemoteWriter(tracking_uri, artifact_root, self._linked)
 
+    @property
+    def client(self) -> Any:
+        """MLflow's client, made on first use: a driver whose writes go to the writer process
+        does not import MLflow before its first trial (see tracking.sweep_run)."""
+        with self._client_lock:
+            if self._client is None:
+                from mlflow.tracking import MlflowClient
+
+                client = MlflowClient(self.uri)
+                if self.uri.startswith("sqlite"):
+                    mlflow_compat.fast_sqlite_store(client)
+                self._client = client
+            return self._client
+
     def _linked(self, trial_id: int, run_id: str) -> None:
         """The child made a trial's run (kept here too, for this process's writer if it dies)."""
         self._runs[trial_id] = run_id
         self._created.put((trial_id, run_id))
 
     def _submit(self, fn: Any, *args: Any, **kw: Any) -> None:
+        """Queue a write: `fn` is a method of this tracker, a plain function, or the name of
+        an MlflowClient method (resolved where the write happens)."""
         if self.remote is not None and self.remote.alive():
-            owner = getattr(fn, "__self__", None)
-            name = getattr(fn, "__name__", "")
-            ref = ("tracker", name) if owner is self else ("client", name)
-            if owner is not self and owner is not self.client:
+            if isinstance(fn, str):
+                ref: tuple[str, Any] = ("client", fn)
+            elif getattr(fn, "__self__", None) is self:
+                ref = ("tracker", fn.__name__)
+            else:
                 ref = ("fn", fn)  # a plain function (shutil.rmtree): pickled by reference
             if self.remote.send(("submit", ref, args, kw)):
                 return
-        self.writer.submit(fn, *args, **kw)
+        if isinstance(fn, str):
+            self.writer.submit(self._client_call, fn, *args, **kw)
+        else:
+            self.writer.submit(fn, *args, **kw)
+
+    def _client_call(self, name: str, *args: Any, **kw: Any) -> Any:
+        return getattr(self.client, name)(*args, **kw)
 
     def _op(self, name: str, *args: Any) -> None:
         """A buffer operation (`_w_*`): where the writes happen, in the child or here."""
@@ -96,76 +112,7 @@ class MLflowTracker:
             self.remote.close()
         self.writer.close()
 
-    # ----- sweep ----------------------------------------------------------------------------
-    def start_sweep(self, ctx: SweepContext) -> None:
-        spec, client = ctx.spec, self.client
-        self.log_models = spec.tracking.log_models
-        name = paths.experiment_name(spec.tracking.experiment, spec.name)
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            # MLflow 3's UI opens an experiment of this kind on its runs, for model training.
-            ctx.experiment_id = client.create_experiment(
-                name, artifact_location=self.artifact_root, tags={EXPERIMENT_KIND: MODEL_TRAINING}
-            )
-        else:
-            ctx.experiment_id = exp.experiment_id
-            if EXPERIMENT_KIND not in exp.tags:
-                client.set_experiment_tag(ctx.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
-        if ctx.parent_run_id:
-            if client.get_run(ctx.parent_run_id).info.status != "RUNNING":
-                client.update_run(ctx.parent_run_id, status="RUNNING")
-            return
-        tags = {
-            "sweeps.role": "sweep",
-            "sweeps.study": ctx.study_name,
-            "sweeps.storage": mask_url(ctx.storage_url),
-            **code_tags(spec.trainer.code_dir),
-        }
-        ctx.parent_run_id = client.create_run(
-            ctx.experiment_id, run_name=spec.name, tags=tags
-        ).info.run_id
-        self._log_params(ctx.parent_run_id, sweep_params(spec))
-        if ctx.warm_notes:
-            src = ",".join(spec.warm_start.from_) if spec.warm_start else ""
-            self._set_tags(
-                ctx.parent_run_id,
-                {
-                    "sweeps.warm_start.from": src,
-                    "sweeps.warm_start.notes": "; ".join(ctx.warm_notes)[:5000],
-                },
-            )
-        if spec.tracking.system_metrics:
-            # Workers do not write to MLflow, so this is the driver's node only.
-            self.system_monitor = system_metrics_monitor(ctx.parent_run_id, self.uri)
-            self.system_monitor.start()
-        self._submit(client.log_text, ctx.parent_run_id, redacted_spec_yaml(spec), "spec.yaml")
-
-    def end_sweep(self, ctx: SweepContext, summary: SweepSummary) -> None:
-        if not ctx.parent_run_id:
-            return
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        m = {f"trials_{k.lower()}": float(v) for k, v in summary.counts.items()}
-        m.update(
-            wall_seconds=summary.wall_s, cost_usd=summary.cost_usd, gpu_hours=summary.gpu_hours
-        )
-        if summary.best_value is not None:
-            m["best_value"] = summary.best_value
-        pid = ctx.parent_run_id
-        if self.system_monitor is not None:
-            self.system_monitor.finish()
-        self._submit(
-            self.client.log_batch, pid, metrics=[Metric(k, v, now, 0) for k, v in m.items()]
-        )
-        tags = {"sweeps.state": summary.state, "sweeps.stop_reason": summary.reason}
-        if summary.best_number is not None:
-            tags["sweeps.best_trial"] = str(summary.best_number)
-        self._set_tags(pid, tags)
-        self._submit(
-            self.client.set_terminated, pid, status=SWEEP_STATUS.get(summary.state, "FAILED")
-        )
-
+    # ----- sweep (the parent run: tracking.sweep_run) -------------------------------------
     def find_trial_run(self, ctx: SweepContext, number: int) -> str | None:
         name = paths.experiment_name(ctx.spec.tracking.experiment, ctx.spec.name)
         exp = self.client.get_experiment_by_name(name)
@@ -180,14 +127,14 @@ class MLflowTracker:
 
     def close_stale_run(self, run_id: str) -> None:
         self._set_tags(run_id, {"sweeps.state": "KILLED"})
-        self._submit(self.client.set_terminated, run_id, status="KILLED")
+        self._submit("set_terminated", run_id, status="KILLED")
 
     def log_artifacts(
         self, run_id: str, paths: list[str], artifact_path: str, then_remove: str | None = None
     ) -> None:
         """Upload files in order; `then_remove`, a folder deleted once they are uploaded."""
         for path in paths:
-            self._submit(self.client.log_artifact, run_id, path, artifact_path)
+            self._submit("log_artifact", run_id, path, artifact_path)
         if then_remove:
             import shutil
 
@@ -197,7 +144,7 @@ class MLflowTracker:
         self._set_tags(run_id, tags)
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
-        self._submit(self.client.log_text, run_id, text, artifact_file)
+        self._submit("log_text", run_id, text, artifact_file)
 
     # ----- trials ---------------------------------------------------------------------------
     def start_trial(self, ctx: SweepContext, t: TrialRecord) -> None:
@@ -228,6 +175,11 @@ class MLflowTracker:
     def _w_start(
         self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str], params: Any
     ) -> None:
+        # The driver may not know the parent run's ids yet: this side made the parent run.
+        experiment_id = experiment_id or (self._sweep or ("", ""))[0]
+        if not tags.get(PARENT_RUN_TAG) and self._sweep is not None:
+            tags = {**tags, PARENT_RUN_TAG: self._sweep[1]}
+        tags = {k: v for k, v in tags.items() if v is not None}
         self._batches.add(trial_id, params=params)
         self.writer.submit(self._create_run, trial_id, experiment_id, name, tags)
 
@@ -236,6 +188,7 @@ class MLflowTracker:
             self.writer.submit(self._write_batch, trial_id)
 
     def _w_end(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
+        experiment_id = experiment_id or (self._sweep or ("", ""))[0]
         self._batches.ending(t.trial_id)
         self.writer.submit(self._finish_trial, t, end, experiment_id)
 
@@ -259,7 +212,8 @@ class MLflowTracker:
     ) -> None:
         """On the writer thread: the trial's buffered writes (plus `metrics`/`tags`) in one
         log_batch. A failed write puts them back, so the retry (or the replay) sends them."""
-        from mlflow.entities import Param, RunTag
+        client = self.client  # first: it imports MLflow under its lock
+        from mlflow.entities import Metric, Param, RunTag
 
         run_id = self._runs.get(trial_id)
         if run_id is None:
@@ -272,9 +226,9 @@ class MLflowTracker:
         if out.empty():
             return
         try:
-            self.client.log_batch(
+            client.log_batch(
                 run_id,
-                metrics=out.metrics,
+                metrics=[Metric(*m) if isinstance(m, tuple) else m for m in out.metrics],
                 params=[Param(k, v) for k, v in out.params.items()],
                 tags=[RunTag(k, v) for k, v in out.tags.items()],
             )
@@ -291,10 +245,8 @@ class MLflowTracker:
     def log_epoch(
         self, ctx: SweepContext, t: TrialRecord, step: int, metrics: dict[str, float]
     ) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        now = int(time.time() * 1000)  # (key, value, timestamp, step): a Metric on the writer
+        items = [(k, float(v), now, step) for k, v in metrics.items()]
         self._op("_w_log", t.trial_id, items)
 
     def log_metrics(
@@ -336,9 +288,9 @@ class MLflowTracker:
 
     def _finish_trial(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
         """On the writer thread: final metrics, tags, dataset, log, model, then close the run."""
-        from mlflow.entities import Metric
-
         run_id, result, client = self._runs.get(t.trial_id), end.result, self.client
+        from mlflow.entities import Metric  # after self.client: it imports MLflow under a lock
+
         if run_id is None:
             raise NotReady(f"the run of trial {t.number} is not created yet")
         now = int(time.time() * 1000)
@@ -388,13 +340,5 @@ class MLflowTracker:
         client.set_terminated(run_id, status=STATUS.get(end.state, "FINISHED"))
 
     # ----- helpers --------------------------------------------------------------------------
-    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, str(v)[:6000]) for k, v in params.items() if v is not None]
-        self._submit(self.client.log_batch, run_id, params=items)
-
     def _set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-
-        self._submit(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self._submit(self._plain_batch, run_id, tags=tags)

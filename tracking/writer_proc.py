@@ -16,8 +16,9 @@ writes in-process again, and the sweep's errors say which writes may be missing.
 
 Frames on both pipes are pickles, one per message:
     driver -> child   ("submit", ref, args, kw) | ("op", name, args, {})
-                      | ("flush", id) | ("close", id)
+                      | ("call", id, name, args) | ("flush", id) | ("close", id)
     child -> driver   ("created", trial_id, run_id) | ("reply", id, errors)
+                      | ("result", id, value, error)  (a "call": the sweep's parent run ids)
                       | ("mark", monotonic time, name, detail)  (timeline events)
 """
 
@@ -32,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, BinaryIO
 
 from sweeps import timeline
@@ -67,6 +69,7 @@ class RemoteWriter:
         )
         self._send_lock = threading.Lock()
         self._replies: dict[int, queue.SimpleQueue[list[str]]] = {}
+        self._results: dict[int, Future[Any]] = {}
         self._next_id = 0
         self._dead: str | None = None
         self.blocking_s = 0.0  # time the driver waited to hand writes over (a full pipe)
@@ -102,10 +105,24 @@ class RemoteWriter:
         finally:
             self.blocking_s += time.perf_counter() - t0
 
-    def _ask(self, kind: str, timeout: float) -> list[str]:
+    def _new_id(self) -> int:
         with self._send_lock:
             self._next_id += 1
-            call_id = self._next_id
+            return self._next_id
+
+    def call(self, name: str, *args: Any) -> Future[Any]:
+        """The child runs `tracker.name(*args)` in order with the writes around it; its return
+        value (or error) comes back in the future, which fails if the child is gone."""
+        fut: Future[Any] = Future()
+        call_id = self._new_id()
+        self._results[call_id] = fut
+        if not self.send(("call", call_id, name, args)):
+            self._results.pop(call_id, None)
+            fut.set_exception(RuntimeError(self._dead or "the MLflow writer process is gone"))
+        return fut
+
+    def _ask(self, kind: str, timeout: float) -> list[str]:
+        call_id = self._new_id()
         box: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._replies[call_id] = box
         if not self.send((kind, call_id)):
@@ -142,6 +159,10 @@ class RemoteWriter:
             self._dead = why
         for box in list(self._replies.values()):
             box.put(self._lost())
+        for call_id in list(self._results):
+            fut = self._results.pop(call_id, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(RuntimeError(why))
 
     def _read(self) -> None:
         out = self.proc.stdout
@@ -164,6 +185,12 @@ class RemoteWriter:
                 box = self._replies.get(msg[1])
                 if box is not None:
                     box.put(msg[2])
+            elif msg[0] == "result":
+                fut = self._results.pop(msg[1], None)
+                if fut is not None and msg[3] is None:
+                    fut.set_result(msg[2])
+                elif fut is not None:
+                    fut.set_exception(RuntimeError(msg[3]))
 
 
 def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
@@ -173,6 +200,9 @@ def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
     os.dup2(2, 1)
     inbox: BinaryIO = os.fdopen(os.dup(0), "rb")
     tracker = tracker_class(uri, artifact_root or None)
+    # MLflow imported (and a new store's schema made) here, before two threads could import
+    # it at once: concurrent first imports of mlflow fail as "partially initialized".
+    _ = tracker.client
     lock = threading.Lock()
     done = threading.Event()
 
@@ -208,12 +238,25 @@ def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
 
     forwarder = threading.Thread(target=forward_created, name="created", daemon=True)
     forwarder.start()
-    try:
+    # The pipe is read as fast as the driver writes: while this loop makes the parent run
+    # (MLflow's import, a new store's schema: ~1.5 s), a trial's end with its model would fill
+    # the pipe's 64 KB and the driver would wait on it (it did, 1.6 s, in a warm sweep).
+    inbound: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read_inbox() -> None:
         while True:
             try:
-                msg = pickle.load(inbox)
-            except (EOFError, OSError):
-                break  # the driver closed the pipe, or died: write what was sent, then stop
+                inbound.put(pickle.load(inbox))
+            except (EOFError, OSError, pickle.UnpicklingError):
+                inbound.put(None)  # the driver closed the pipe, or died
+                return
+
+    threading.Thread(target=read_inbox, name="inbox", daemon=True).start()
+    try:
+        while True:
+            msg = inbound.get()
+            if msg is None:
+                break  # write what was sent, then stop
             kind = msg[0]
             try:
                 if kind == "submit":
@@ -223,6 +266,11 @@ def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
                     tracker.writer.submit(fn, *args, **kw)
                 elif kind == "op":
                     getattr(tracker, msg[1])(*msg[2])
+                elif kind == "call":
+                    try:
+                        send(("result", msg[1], getattr(tracker, msg[2])(*msg[3]), None))
+                    except Exception as e:  # the caller decides what it means
+                        send(("result", msg[1], None, one_line(e, 500)))
             except Exception as e:  # reported at flush, like a write that failed
                 tracker.writer.errors.append(f"{kind} {msg[1]!r:.80}: {one_line(e, 300)}")
             if kind in ("flush", "close"):
