@@ -29,6 +29,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def up_args() -> list[str]:
+    """`sweeps up` on free loopback ports: a developer's own service may hold the defaults."""
+    return ["up", "--json", "--dashboard-port", str(free_port()), "--mlflow-port", str(free_port())]
+
+
 def wait_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
     end = time.time() + timeout
     while time.time() < end:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import BYO, ROOT
 from mlflow.tracking import MlflowClient
-from services import free_port
+from services import free_port, up_args
 
 from sweeps import api
 
@@ -71,15 +71,7 @@ def svc(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "SWEEPS_"))}
     env.update(SWEEPS_HOME=str(home), SWEEPS_LANE_IDLE_S="600")
     r = subprocess.run(
-        [
-            *SWEEPS,
-            "up",
-            "--json",
-            "--dashboard-port",
-            str(free_port()),
-            "--mlflow-port",
-            str(free_port()),
-        ],
+        [*SWEEPS, *up_args()],
         env=env,
         capture_output=True,
         text=True,

@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
-from services import free_port, gcs_bucket
+from services import gcs_bucket, up_args
 from stack import ROOT, unavailable
 
 pytestmark = pytest.mark.timeout(1200)
@@ -60,15 +60,7 @@ def test_a_sweeps_trials_run_inside_the_image(tmp_path, gcs_emulator):
         SWEEPS_CHECKPOINTS="gs://image-ckpt/ckpt",
     )
     before = set(_containers(podman))
-    up = _cli(
-        env,
-        "up",
-        "--json",
-        "--dashboard-port",
-        str(free_port()),
-        "--mlflow-port",
-        str(free_port()),
-    )
+    up = _cli(env, *up_args())
     assert up.returncode == 0, up.stderr[-3000:]
     try:
         r = _cli(
