@@ -130,9 +130,7 @@ class TrialBook:
             number = st.trial_number(self.study, trial_id)
             self.study.set_user_attr(f"sweeps.run_of_trial.{number}", run_id)
         if trial_id in self.untold:  # linked while still RUNNING: now it may be told
-            rec, values, state, _ = self.untold.pop(trial_id)
-            rec.run_id = run_id
-            self._tell(rec.trial, values, state)
+            self._tell_untold(trial_id)
 
     # An ended trial waits this long for its run's id before it is told anyway (the id then
     # goes on the study: `sweeps.run_of_trial.N`).
@@ -157,10 +155,13 @@ class TrialBook:
                 self.link_run(trial_id, run_id)
             if self.untold:
                 time.sleep(0.02)
-        now = time.monotonic() if wait_s == 0 else float("inf")
-        for trial_id in [k for k, v in self.untold.items() if v[3] <= now]:
-            rec, values, state, _ = self.untold.pop(trial_id)
-            self._tell(rec.trial, values, state)
+        now = time.monotonic()
+        for trial_id in [k for k, v in self.untold.items() if wait_s or v[3] <= now]:
+            self._tell_untold(trial_id)
+
+    def _tell_untold(self, trial_id: int) -> None:
+        rec, values, state, _ = self.untold.pop(trial_id)
+        self._tell(rec.trial, values, state)
 
     # ----- while it runs ----------------------------------------------------------------------
     def report(

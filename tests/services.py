@@ -282,17 +282,21 @@ def gcs_emulator():
     proc.wait(timeout=10)
 
 
-def gcs_bucket(emulator: str, name: str):
+def gcs_client(emulator: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
     # The endpoint as a client option, not os.environ: a variable left set here would reach
     # every Ray process started later in the session and hide a lane that never got it.
-    client = storage.Client(
+    return storage.Client(
         project="test",
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": emulator},
     )
+
+
+def gcs_bucket(emulator: str, name: str):
+    client = gcs_client(emulator)
     try:
         return client.create_bucket(name)
     except Exception:

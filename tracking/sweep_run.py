@@ -11,6 +11,7 @@ the parent's ids there; the driver learns them (`sweep_run`) for the study and t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -58,8 +59,7 @@ def sweep_info(ctx: SweepContext) -> dict[str, Any]:
 
 
 class SweepRun:
-    """The parent-run half of `MLflowTracker` (which provides client, remote, _submit and
-    _plain_batch)."""
+    """The parent-run half of `MLflowTracker` (which provides client, remote and _submit)."""
 
     client: Any
     remote: Any
@@ -69,8 +69,7 @@ class SweepRun:
     system_monitor: Any
     _sweep: tuple[str, str] | None
     _pending: tuple[Any, dict[str, Any]] | None
-
-    def _submit(self, fn: Any, *args: Any, **kw: Any) -> None: ...
+    _submit: Callable[..., None]
 
     def start_sweep(self, ctx: SweepContext) -> None:
         """Create or reopen the parent run: at once in this process, or, with a writer process,

@@ -176,19 +176,22 @@ class MLflowTracker(SweepRun):
         self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str], params: Any
     ) -> None:
         # The driver may not know the parent run's ids yet: this side made the parent run.
-        experiment_id = experiment_id or (self._sweep or ("", ""))[0]
+        experiment_id = experiment_id or self._experiment()
         if not tags.get(PARENT_RUN_TAG) and self._sweep is not None:
             tags = {**tags, PARENT_RUN_TAG: self._sweep[1]}
         tags = {k: v for k, v in tags.items() if v is not None}
         self._batches.add(trial_id, params=params)
         self.writer.submit(self._create_run, trial_id, experiment_id, name, tags)
 
+    def _experiment(self) -> str:
+        return self._sweep[0] if self._sweep is not None else ""
+
     def _w_log(self, trial_id: int, metrics: Any = None, tags: Any = None) -> None:
         if self._batches.add(trial_id, metrics=metrics, tags=tags):
             self.writer.submit(self._write_batch, trial_id)
 
     def _w_end(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
-        experiment_id = experiment_id or (self._sweep or ("", ""))[0]
+        experiment_id = experiment_id or self._experiment()
         self._batches.ending(t.trial_id)
         self.writer.submit(self._finish_trial, t, end, experiment_id)
 

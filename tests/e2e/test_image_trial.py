@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
-from services import gcs_bucket, up_args
+from services import gcs_bucket, gcs_client, up_args
 from stack import ROOT, unavailable
 
 pytestmark = pytest.mark.timeout(1200)
@@ -123,13 +123,6 @@ def _containers(podman: str) -> list[str]:
 
 
 def _objects(emulator: str, bucket: str, uri: str) -> list[str]:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": emulator},
-    )
+    client = gcs_client(emulator)
     prefix = uri.removeprefix(f"gs://{bucket}/").rstrip("/") + "/"
     return [b.name for b in client.list_blobs(bucket, prefix=prefix)]
