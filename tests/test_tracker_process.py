@@ -54,6 +54,9 @@ def test_a_trial_is_recorded_whole_by_the_writer_process(tmp_path):
 def test_writes_go_on_in_the_driver_when_the_writer_process_dies(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = MLflowTracker(uri, process=True)
+    # The child made the new store's schema first: this process's client (in _sweep) must
+    # not create it at the same time (a sweep's driver never opens one).
+    assert tracker.flush() == []
     ctx = _sweep(tracker)
     t = _trial()
     tracker.start_trial(ctx, t)
