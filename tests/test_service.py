@@ -173,7 +173,9 @@ def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
     assert doc["state"] == "finished", doc
     assert sum(doc["counts"].get(k, 0) for k in ("COMPLETE", "PRUNED")) == 4
     assert doc["job_id"] == sub["job_id"]
-    log = svc.cli("logs", "qs-svc", "--driver").stdout
+    # The study says "finished" a moment before the driver prints its last line and exits:
+    # -f reads the log to the job's end, as a user following it would.
+    log = svc.cli("logs", "qs-svc", "--driver", "-f").stdout
     assert "qs-svc: finished" in log
     ls = json.loads(svc.cli("ls", "--json").stdout)
     assert {r["name"]: r["state"] for r in ls}["qs-svc"] == "finished", "ls and show agree"
