@@ -4,9 +4,10 @@ driver runs there under a small supervisor that restarts it, resuming the sweep,
 
 The job's working dir carries the validated spec, the user's code (`trainer.code_dir`) and, in
 a file only the job reads and then deletes, the store settings and credentials: they never
-appear in the job's metadata, in `ray job list` or in the dashboard.
+appear in the job's metadata, in `ray job list` or in the dashboard. On this machine's own
+service, with no code to ship, that folder is simply on this disk (`--dir`).
 
-    python -m sweeps.jobs SPEC            the job's entrypoint (the supervisor)
+    python -m sweeps.jobs [--dir DIR] SPEC    the job's entrypoint (the supervisor)
     python -m sweeps.jobs --drive SPEC    one driver run (what the supervisor starts)
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -69,9 +71,11 @@ def _job_env(local: bool, spec: Spec) -> dict[str, str]:
     return env
 
 
-def _working_dir(spec: Spec, env: dict[str, str]) -> str:
+def _working_dir(spec: Spec, env: dict[str, str], parent: str | None = None) -> str:
     """A folder with the spec, the user's code and the env file (owner-only)."""
-    work = tempfile.mkdtemp(prefix=f"sweeps-job-{spec.name}-")
+    if parent:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f"sweeps-job-{spec.name}-", dir=parent)
     trainer = spec.trainer
     if trainer.code_dir:
         shutil.copytree(
@@ -93,13 +97,15 @@ def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
     local = not (address or os.environ.get("RAY_ADDRESS"))
     url, auth = service.resolve(address)
     env = _job_env(local, spec)
+    job_id = f"sweeps-{spec.name}-{uuid.uuid4().hex[:6]}"
+    if local and not spec.trainer.code_dir:
+        return _submit_here(spec, env, job_id, url, auth)
     work = _working_dir(spec, env)
     runtime_env: dict[str, Any] = {"working_dir": work}
     if not local:  # a cluster that may not have sweeps installed: ours travel with the job
         from sweeps.cluster import our_packages
 
         runtime_env["py_modules"] = our_packages()
-    job_id = f"sweeps-{spec.name}-{uuid.uuid4().hex[:6]}"
     undo = _record_submission(spec, env, job_id, url)  # before: the driver may start at once
     try:
         with service.jobs_client(url, auth) as client:
@@ -115,6 +121,36 @@ def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)  # uploaded: the credentials leave this disk
+    return {"name": spec.name, "job_id": job_id, "address": url}
+
+
+def _submit_here(
+    spec: Spec, env: dict[str, str], job_id: str, url: str, auth: dict[str, str]
+) -> dict[str, Any]:
+    """This machine's service, and no user code to ship: the job's folder stays on this disk
+    (SWEEPS_HOME/jobs, owner-only; the job removes it when it ends) and the job is one REST
+    request, so `sweeps submit` neither imports Ray nor uploads a package. A `code_dir` still
+    travels as the job's working dir: Ray unpacks it on any node a lane may land on."""
+    work = _working_dir(spec, env, str(paths.home() / "jobs"))
+    client = service.RestJobs(url, auth.get("RAY_AUTH_TOKEN_PATH"))
+    try:
+        _submit_job(
+            client,
+            entrypoint=f"python -m sweeps.jobs --dir {shlex.quote(work)} {SPEC_FILE}",
+            submission_id=job_id,
+            metadata={"sweeps.name": spec.name},
+        )
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    # Recorded after the request, while Ray starts the job (~1 s): the two overlap. A driver
+    # already up is shown `running` whatever this writes (its heartbeat wins in `sweep_state`).
+    try:
+        _record_submission(spec, env, job_id, url)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.stop_job(job_id)  # the store this side cannot write, the driver cannot either
+        raise
     return {"name": spec.name, "job_id": job_id, "address": url}
 
 
@@ -298,10 +334,19 @@ def _supervise(spec_path: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ["SWEEPS_JOB"] = "1"  # the driver's code came with the job (sweeps.cluster)
+    here = None
+    if args[:1] == ["--dir"]:  # a job folder on this disk (`_submit_here`), not Ray's upload
+        here = args[1]
+        os.chdir(here)
+        args = args[2:]
     _load_env()
     if args and args[0] == "--drive":
         return _drive(args[1])
-    return _supervise(args[0])
+    try:
+        return _supervise(args[0])
+    finally:
+        if here:
+            shutil.rmtree(here, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -342,6 +342,43 @@ def jobs_client(url: str, auth: dict[str, str]) -> Iterator[Any]:
                 os.environ[k] = v
 
 
+class RestJobs:
+    """Job submission through Ray's documented Jobs REST API (`POST /api/jobs/`), for this
+    machine's service: a submit that needs no upload then costs one HTTP request instead of
+    `import ray` (~0.45 s of the ~1.7 s `sweeps submit` took) and Ray's version and package
+    requests. Same contract as `JobSubmissionClient.submit_job`, errors included, so one retry
+    policy (`sweeps.jobs._submit_job`) covers both."""
+
+    def __init__(self, url: str, token_path: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Content-Type": "application/json"}
+        if token_path:  # Ray's token auth reads a bearer token on HTTP requests
+            token = Path(token_path).read_text().strip()
+            self.headers["Authorization"] = f"Bearer {token}"
+
+    def submit_job(self, **job: Any) -> str:
+        return str(self._post("/api/jobs/", job)["submission_id"])
+
+    def stop_job(self, job_id: str) -> bool:
+        return bool(self._post(f"/api/jobs/{job_id}/stop", {}).get("stopped"))
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(
+            self.url + path, json.dumps(body).encode(), self.headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return dict(json.loads(resp.read()))
+        except urllib.error.HTTPError as e:
+            body = e.read().decode(errors="replace")
+            raise RuntimeError(f"Request failed with status code {e.code}: {body}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise ServiceError(f"Jobs API at {self.url}: {one_line(e)}") from None
+
+
 def job_status(job_id: str, address: str | None) -> str | None:
     """A job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), or None if unknown."""
     try:

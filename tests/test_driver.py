@@ -21,6 +21,7 @@ from sweeps.protocol import (
     Log,
     Restarted,
     Stop,
+    next_key,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -170,6 +171,27 @@ def test_the_trial_budget_stops_lanes_and_the_sweep_finishes():
     out = h.driver.finish()
     assert out.state == "finished" and out.reason.startswith("budget reached")
     assert h.study.user_attrs["sweeps.state"] == "finished"
+
+
+def test_the_sweep_ends_without_waiting_for_a_lane_still_starting():
+    h = _started(budget={"trials": 2, "parallel": 2})
+    first, starting = h.lanes
+    h.run_trial(first, [0.5])
+    h.run_trial(first, [0.6])  # the other lane is still starting
+    assert isinstance(h.next(first), Stop)
+    h.end_lane(first)
+    assert not h.driver.step(0), "the budget is spent: the lane still starting is not waited for"
+    stop = h.channel.answers[next_key(starting.lane_id, 1)]
+    assert isinstance(stop, Stop) and stop.keep_warm, "its first request is answered already"
+    assert h.driver.finish().state == "finished"
+
+
+def test_a_lane_still_starting_is_waited_for_while_trials_remain():
+    h = _started(budget={"trials": 3, "parallel": 2})
+    first, starting = h.lanes
+    h.run_trial(first, [0.5])
+    assert h.driver.step(0)
+    assert next_key(starting.lane_id, 1) not in h.channel.answers
 
 
 def test_a_timeout_drains_and_the_sweep_ends_finished():

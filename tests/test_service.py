@@ -23,7 +23,7 @@ from conftest import BYO, ROOT
 from mlflow.tracking import MlflowClient
 from services import free_port, up_args
 
-from sweeps import api
+from sweeps import api, service
 
 SWEEPS = [sys.executable, "-m", "sweeps.cli"]
 pytestmark = pytest.mark.timeout(900)
@@ -139,6 +139,12 @@ def test_up_is_idempotent_and_the_jobs_api_wants_the_token(svc):
     assert _get(jobs, "not-the-token") in (401, 403)
     assert _get(jobs, token_file.read_text().strip()) == 200
     assert _get(svc.info["mlflow_ui"] + "/health", None) == 200
+    # `sweeps submit`'s own REST client (no `import ray`) is refused the same way, with Ray's
+    # client's error, so the one retry policy applies to it.
+    wrong = Path(svc.home) / "wrong-token"
+    wrong.write_text("not-the-token")
+    with pytest.raises(RuntimeError, match="status code 40[13]"):
+        service.RestJobs(svc.info["jobs_api"], str(wrong)).submit_job(entrypoint="echo never")
 
 
 def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
@@ -177,6 +183,7 @@ def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
     # -f reads the log to the job's end, as a user following it would.
     log = svc.cli("logs", "qs-svc", "--driver", "-f").stdout
     assert "qs-svc: finished" in log
+    assert not any((svc.home / "jobs").iterdir()), "the ended job removed its folder"
     ls = json.loads(svc.cli("ls", "--json").stdout)
     assert {r["name"]: r["state"] for r in ls}["qs-svc"] == "finished", "ls and show agree"
     # Credentials and store settings travel in a file the job deletes, not in its metadata.
