@@ -312,12 +312,24 @@ def _drive(spec_path: str) -> int:
     return {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
 
 
-def _supervise(spec_path: str) -> int:
+def _start_driver(spec_path: str, here: bool) -> Any:
+    """The driver: forked by the local service's zygote (its imports done) for a job submitted
+    on this machine (`here`: the zygote's code is the submitter's), else a fresh process.
+    Either answers `send_signal` and `wait` as a `subprocess.Popen` does."""
+    from sweeps import zygote
+
+    argv = ["--drive", spec_path]
+    sock = paths.zygote_socket()
+    forked = zygote.spawn(str(sock), "sweeps.jobs", argv) if here and sock.exists() else None
+    return forked or subprocess.Popen([sys.executable, "-m", "sweeps.jobs", *argv])
+
+
+def _supervise(spec_path: str, here: bool = False) -> int:
     """Run the driver; if it dies by a signal (OOM killer, a SIGKILL), start another, which
     takes over its trials and continues them from their checkpoints."""
     restarts = int(os.environ.get("SWEEPS_DRIVER_RESTARTS", "2"))
     for attempt in range(restarts + 1):
-        child = subprocess.Popen([sys.executable, "-m", "sweeps.jobs", "--drive", spec_path])
+        child = _start_driver(spec_path, here)
 
         def forward(signum: int, _frame: Any, child: Any = child) -> None:
             child.send_signal(signum)
@@ -343,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "--drive":
         return _drive(args[1])
     try:
-        return _supervise(args[0])
+        return _supervise(args[0], here=bool(here))
     finally:
         if here:
             shutil.rmtree(here, ignore_errors=True)

@@ -13,6 +13,11 @@ def home() -> Path:
     return Path(os.environ.get("SWEEPS_HOME", ".sweeps")).expanduser().resolve()
 
 
+def zygote_socket() -> Path:
+    """The local service's zygote (`sweeps.zygote`): where job supervisors ask for a driver."""
+    return home() / "service" / "zygote.sock"
+
+
 def storage_url(spec_storage: str | None = None) -> str:
     """Optuna storage: spec.storage, else $SWEEPS_STORAGE, else $OPTUNA_STORAGE, else SQLite
     under SWEEPS_HOME."""

@@ -38,6 +38,7 @@ class ServiceInfo:
     mlflow_pid: int | None = None
     mlflow_url: str | None = None
     started: float = 0.0
+    zygote_pid: int | None = None
 
 
 def service_dir() -> Path:
@@ -216,6 +217,9 @@ def up(
         mlflow_env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         info.mlflow_pid = _spawn(mlflow_cmd, service_dir() / "mlflow.log", mlflow_env)
         info.mlflow_url = f"http://{host}:{mlflow_port}"
+    # Drivers of sweeps submitted here start as forks of a process with their imports done.
+    zygote_cmd = [sys.executable, "-m", "sweeps.zygote", str(paths.zygote_socket())]
+    info.zygote_pid = _spawn(zygote_cmd, service_dir() / "zygote.log", env)
     _record().write_text(json.dumps(asdict(info), indent=1))
     _wait_ready(info, wait_s)
     return info, False
@@ -259,7 +263,8 @@ def down(wait_s: float = 30.0) -> list[str]:
     except (OSError, ValueError):
         return []
     stopped = []
-    for name, pid in (("ray", raw.get("ray_pid")), ("mlflow", raw.get("mlflow_pid"))):
+    started = ("ray", "mlflow", "zygote")
+    for name, pid in ((n, raw.get(f"{n}_pid")) for n in started):
         if _alive(pid):
             _stop_group(int(pid), wait_s)
             stopped.append(name)

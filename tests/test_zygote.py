@@ -1,0 +1,95 @@
+"""The service's zygote (`sweeps.zygote`) for real: a process that has done a driver's imports
+forks drivers with the asking supervisor's stdio, cwd, env and arguments, hands back their exit
+code, and a driver whose supervisor is killed dies with it. No Ray cluster: the drivers here end
+on a bad spec, or wait on a Ray address nobody answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from services import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+# What a job's supervisor does (`sweeps.jobs._start_driver`), in a process of its own so that
+# the stdio it hands over are pipes this test reads.
+SUPERVISOR = """
+import sys
+from sweeps import zygote
+child = zygote.spawn(sys.argv[1], "sweeps.jobs", sys.argv[2:])
+assert child is not None, "the zygote did not answer"
+print("PID", child.pid, flush=True)
+sys.exit(child.wait())
+"""
+
+
+@pytest.fixture
+def zygote(tmp_path):
+    sock = tmp_path / "z.sock"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.zygote", str(sock)], env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert proc.poll() is None, "the zygote exited"
+        assert time.monotonic() < deadline, "the zygote never listened"
+        time.sleep(0.1)
+    yield sock, proc.pid
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _supervise(sock: Path, cwd: Path, env: dict[str, str], *argv: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, str(sock), *argv],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_forked_driver_runs_in_the_supervisors_folder_and_output_and_says_how_it_ended(
+    zygote, tmp_path
+):
+    sock, zygote_pid = zygote
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "spec.yaml").write_text("name: z\ntrainer: {epochs: -3}\n")
+    sup = _supervise(sock, job, {}, "--drive", "spec.yaml")
+    out, err = sup.communicate(timeout=60)
+    assert out.startswith("PID "), out
+    assert int(out.split()[1]) != zygote_pid
+    assert "trainer.epochs" in err, "the spec was read from the supervisor's folder: " + err
+    assert sup.returncode == 1, "the driver's exit code came back through the zygote"
+
+
+def test_a_driver_dies_with_its_supervisor(zygote, tmp_path):
+    sock, zygote_pid = zygote
+    job = tmp_path / "job"
+    job.mkdir()
+    spec = (ROOT / "conf" / "quickstart.yaml").read_text()
+    (job / "spec.yaml").write_text(spec)
+    # A Ray address nobody answers: the driver waits in ray.init for much longer than this test.
+    env = {"RAY_ADDRESS": f"127.0.0.1:{free_port()}", "SWEEPS_HOME": str(tmp_path / "home")}
+    sup = _supervise(sock, job, env, "--drive", "spec.yaml")
+    pid = int(sup.stdout.readline().split()[1])
+    with open(f"/proc/{pid}/stat") as f:
+        assert int(f.read().rsplit(")", 1)[1].split()[1]) == zygote_pid, "forked by the zygote"
+    time.sleep(1.0)
+    assert sup.poll() is None, sup.stderr.read()
+    sup.kill()  # Ray's stop_job, escalated to SIGKILL
+    sup.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "the driver outlived its supervisor"
