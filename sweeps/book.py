@@ -30,6 +30,8 @@ from sweeps.trialconf import (
     trial_seed,
 )
 
+TrialKey = tuple[str, int]  # (lane, seq): a running trial
+
 
 class TrialBook:
     def __init__(
@@ -58,6 +60,11 @@ class TrialBook:
         self.sampler_stopped = False
         reported = [o.metric for o in spec.objective_list() if o.metric not in COMPUTED_METRICS]
         self.reported_objectives = reported
+        # Can a report's answer prune? If not, one-worker trials do not wait for it (`runtime.
+        # report`), and a trial's end may overtake its last reports: it waits in `late`.
+        nop = type(getattr(ctx.study, "pruner", None)).__name__ == "NopPruner"
+        self.settings["prunes"] = bool(reported) and not (spec.multi_objective or nop)
+        self.late: dict[TrialKey, tuple[TrialResult, float]] = {}
 
     # ----- ask / assign -----------------------------------------------------------------------
     def ask(self) -> TrialRecord:
@@ -230,9 +237,15 @@ class TrialBook:
             st.set_trial_attrs(self.study, rec.trial_id, attrs)
 
     # ----- the end ----------------------------------------------------------------------------
-    def finish(self, key: tuple[str, int], result: TrialResult) -> TrialEnd | None:
-        rec = self.running.pop(key, None)
-        if rec is None:
+    LATE_S = 10.0  # how long an end waits for the reports it overtook (Ray orders nothing)
+
+    def finish(self, key: TrialKey, result: TrialResult, wait: bool = True) -> TrialEnd | None:
+        rec = self.running.get(key)
+        if wait and rec is not None and result.steps > rec.last_step:
+            self.late[key] = (result, time.monotonic() + self.LATE_S)
+            return None
+        self.late.pop(key, None)
+        if (rec := self.running.pop(key, None)) is None:
             return None
         extra = self._spend(rec, result)
         values: list[float] | None = None
@@ -252,7 +265,16 @@ class TrialBook:
         self._ended(rec, end)
         return end
 
+    def finish_late(self, all_: bool = False) -> None:
+        """End the held trials whose reports came, or are overdue (`all_`: every one)."""
+        now = time.monotonic()
+        for key, (result, until) in list(self.late.items()):
+            rec = self.running.get(key)
+            if all_ or until <= now or rec is None or rec.last_step >= result.steps:
+                self.finish(key, result, wait=False)
+
     def fail(self, key: tuple[str, int], error: str) -> TrialEnd | None:
+        self.late.pop(key, None)
         rec = self.running.pop(key, None)
         if rec is None:
             return None

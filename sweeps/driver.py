@@ -105,6 +105,8 @@ class Driver:
             case p.Report():
                 decision = book.report(ev.key, ev.step, ev.metrics, self.status.cancelling)
                 self.channel.answer(p.step_key(ev.lane, ev.seq, ev.step), decision)
+                if book.late:
+                    book.finish_late()  # an end that overtook this report
             case p.Finished():
                 self.pool.record_rss(ev.lane, ev.result.worker_rss_mb)
                 book.finish(ev.key, ev.result)
@@ -163,6 +165,7 @@ class Driver:
             self.status.cancel("cancelled (sweeps cancel): running trials stopped")
         elif asked == "stop":
             self.status.drain("stop requested (sweeps stop)", "stopped")
+        self.book.finish_late()
         for d in self.budget.limits(now - self.started, self.book.live_spend):
             (self.status.cancel if d.cancels else self.status.drain)(d.reason, d.ends_as)
 
@@ -212,8 +215,10 @@ class Driver:
         return self.budget.check(counted_trials(self.study), len(self.book.running))
 
     def finish(self) -> SweepOutcome:
+        timeline.mark("sweep.finishing")
         for rec in self.pool.drop_parked():
             self.book.drop(rec)
+        self.book.finish_late(all_=True)
         self.book.fail_all(self.status.reason or "driver stopped")
         self.book.tell_overdue(wait_s=self.book.LINK_WAIT_S)  # nothing left RUNNING
         if not self._linked:
@@ -225,7 +230,9 @@ class Driver:
         summary.record(self.study, s)
         liveness.heartbeat(self.study, self.driver_id, alive=False)
         self._restore()
+        timeline.mark("sweep.summarized")
         errors = self.tracker.flush() + self.observers.errors
+        timeline.mark("tracker.flushed")
         for trial_id, run_id in self.tracker.created_runs():  # runs a blinking server made late
             self.book.link_run(trial_id, run_id)
         timeline.mark("sweep.recorded")

@@ -168,6 +168,9 @@ class Harness:
         self.driver.step(0)
         return self.channel.answers[next_key(lane.lane_id, seq)]
 
+    def next_of_first_lane(self) -> Any:
+        return self.next(self.lanes[0])
+
     def report(self, a: Assignment, lane: Lane, step: int, **metrics: float) -> Decision:
         self.channel.push(Report(lane.lane_id, a.seq, step, metrics))
         self.driver.step(0)

@@ -10,6 +10,7 @@ import pytest
 from sweeps import collectors, runtime
 from sweeps.errors import SpecError
 from sweeps.program import _Reporter
+from sweeps.protocol import Decision
 from sweeps.spec import spec_from_dict
 from sweeps.spec.command import check_command, expand, missing_files
 
@@ -226,3 +227,40 @@ def test_program_mode_in_the_spec():
         )
     with pytest.raises(SpecError, match="trainer.metrics.collector: unknown value 'wandb'"):
         spec_from_dict({**base, "trainer": {"program": "t.py", "metrics": {"collector": "wandb"}}})
+
+
+class _Answers:
+    """A broker whose `report.remote` hands back a token; `ray.get` (patched) reads the answer,
+    counting the waits."""
+
+    def __init__(self, answers: dict[int, Decision]) -> None:
+        self.answers, self.waits = answers, []
+        self.report = self
+
+    def remote(self, lane: str, seq: int, step: int, metrics: dict, persist: bool) -> int:
+        return step
+
+    def get(self, step: int) -> tuple[Decision, bool]:
+        self.waits.append(step)
+        return self.answers[step], False
+
+
+@pytest.mark.parametrize("prunes", [True, False])
+def test_a_report_waits_for_its_answer_only_where_it_can_prune(ctx, monkeypatch, prunes):
+    """With a pruner every report waits for its answer. Without one (one worker) the answer can
+    only be "cancelled": the next epoch trains meanwhile, and reads it at the next report."""
+    import ray
+
+    broker = _Answers({1: Decision.CONTINUE, 2: Decision.CANCEL, 3: Decision.CONTINUE})
+    monkeypatch.setattr(ray, "get", broker.get)
+    ctx.broker, ctx.prunes = broker, prunes
+    runtime.report({"acc": 0.1})
+    assert broker.waits == ([1] if prunes else [])
+    if prunes:
+        with pytest.raises(runtime.TrialPruned, match="cancelled at step 2"):
+            runtime.report({"acc": 0.2})
+        return
+    runtime.report({"acc": 0.2})  # reads step 1's answer: go on
+    with pytest.raises(runtime.TrialPruned, match="cancelled at step 2"):
+        runtime.report({"acc": 0.3})  # step 3 was sent; step 2's answer stops the trial
+    assert broker.waits == [1, 2]

@@ -18,9 +18,11 @@ from sweeps.protocol import (
     Checkpointed,
     Decision,
     Failed,
+    Finished,
     Log,
     Restarted,
     Stop,
+    TrialResult,
     next_key,
 )
 
@@ -64,6 +66,36 @@ def test_the_pruner_decides_prune_and_the_trial_ends_pruned():
     h.finish(a, lane, state="pruned")
     assert h.trial(a.trial_number).state.name == "PRUNED"
     assert h.tracker.ends[a.trial_number].state == "PRUNED"
+
+
+def test_an_end_that_overtakes_its_last_report_waits_for_it():
+    """With no pruner a one-worker trial does not wait for a report's answer, and Ray does not
+    order an async actor's calls: a trial's end can reach the driver before its last report.
+    The end waits for it (a told trial is read-only), and one whose report never comes ends
+    after LATE_S."""
+    assert _started(pruner={"name": "median"}).next_of_first_lane().trainer["prunes"] is True
+    h = _started(pruner={"name": "none"})
+    (lane,) = h.lanes
+    a = h.next(lane)
+    assert a.trainer["prunes"] is False, "the workers need not wait for an answer"
+    h.report(a, lane, 1, val_accuracy=0.5)
+    ended = TrialResult(state="complete", metrics={"val_accuracy": 0.7}, steps=2)
+    h.channel.push(Finished(lane.lane_id, a.seq, ended))
+    h.driver.step(0)
+    assert h.trial(a.trial_number).state.name == "RUNNING", "its step-2 report is on its way"
+    assert h.report(a, lane, 2, val_accuracy=0.7) is Decision.CONTINUE
+    t = h.trial(a.trial_number)
+    assert t.state.name == "COMPLETE" and t.intermediate_values == {1: 0.5, 2: 0.7}
+    assert h.tracker.ends[a.trial_number].state == "COMPLETE"
+
+    h.driver.book.LATE_S = 0.05
+    b = h.next(lane)
+    h.channel.push(Finished(lane.lane_id, b.seq, TrialResult(state="complete", steps=1)))
+    h.driver.step(0)
+    assert h.trial(b.trial_number).state.name == "RUNNING"
+    time.sleep(0.1)
+    h.driver.step(0)
+    assert h.trial(b.trial_number).state.name == "FAIL", "no objective came: failed, not lost"
 
 
 def test_a_trial_at_its_last_epoch_is_never_pruned():

@@ -54,6 +54,30 @@ def test_plots_on_the_parent_run(logged_sweep):
         assert f"plots/{name}.html" in arts and f"plots/{name}.png" in arts, arts
 
 
+def test_plots_of_many_trials_stay_a_readable_size(tmp_path):
+    """Optuna's matplotlib plots give every trial a legend entry: at 1,000 trials the
+    intermediate-values PNG was 756x20296 px. Past 20 entries the legend goes (the HTML
+    plot names each trial on hover), and the image keeps the size of a plot."""
+    import matplotlib.image
+    import optuna
+
+    from tracking.plots import make_plots
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for i in range(60):
+        x = i / 60
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": x}, distributions=dist, value=x, intermediate_values={1: x}
+            )
+        )
+    files, _ = make_plots(study, str(tmp_path))
+    height, width = matplotlib.image.imread(files["intermediate_values"]["png"]).shape[:2]
+    assert height < 1000 and width < 1500, (height, width)
+
+
 def test_note_and_report_have_every_section(logged_sweep, tmp_path):
     home, out = logged_sweep
     api.note("logged", "loss diverged at lr>0.3; capped lr high at 0.2")

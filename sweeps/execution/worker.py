@@ -198,6 +198,7 @@ def run_trial(
         checkpoint_min_interval_s=how.get("checkpoint_min_interval_s", 0.0),
         restarts=restarts,
         log_model=bool(how.get("log_models", True)),
+        prunes=bool(how.get("prunes", True)),
         resume_from=_resume_checkpoint(a, restarts, recorded),
     )
     buf = io.StringIO()
