@@ -83,6 +83,11 @@ def test_ask_creates_a_claimed_trial_and_still_pops_waiting_ones(db, tmp_path, r
     frozen = study.trials[0]
     assert frozen.state == optuna.trial.TrialState.RUNNING and frozen.datetime_start
     assert frozen.user_attrs == {"sweeps.driver": "d1"} and first.number == 0
+    # The Trial is built without reading its row back: what it holds is what the row says.
+    held = first._cached_frozen_trial
+    for field in ("number", "state", "user_attrs", "system_attrs", "params", "datetime_start"):
+        assert getattr(held, field) == getattr(frozen, field), field
+    assert first._trial_id == frozen._trial_id and first.study is study
     study.enqueue_trial({"lr": 0.005})
     popped = st.ask(study, {"sweeps.driver": "d2"})
     assert popped.number == 1 and popped.suggest_float("lr", 0.001, 0.02, log=True) == 0.005
