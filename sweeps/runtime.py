@@ -107,13 +107,17 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
     if ctx.broker is not None:
         step, sent = ctx.step, clean if ctx.rank == 0 else None
         ref = ctx.broker.report.remote(ctx.lane_id, ctx.seq, step, sent, persist)
-        if ctx.world_size == 1 and not ctx.prunes:
+        if ctx.world_size == 1 and not ctx.prunes and not persist:
             # No pruner, and no other rank to agree with on a checkpoint: the answer can only
             # be "cancelled", and may come an epoch late. This epoch's is read at the next
             # report, while the driver records it; a one-report trial of ~50 ms waited ~20 ms.
             (step, ref), ctx.extras["answer"] = ctx.extras.get("answer", (0, None)), (step, ref)
             decision = ray.get(ref)[0] if ref is not None else Decision.CONTINUE
         else:
+            # An epoch that persists a checkpoint waits: the driver records each checkpoint
+            # before the next one exists. Ray Train keeps only the newest few, and a worker
+            # running ahead left a resumed sweep a deleted one to continue from.
+            ctx.extras.pop("answer", None)  # this answer comes later, and says as much
             decision, persist = ray.get(ref)
         if decision is Decision.PRUNE:
             raise TrialPruned(f"pruned at step {step}")

@@ -264,3 +264,19 @@ def test_a_report_waits_for_its_answer_only_where_it_can_prune(ctx, monkeypatch,
     with pytest.raises(runtime.TrialPruned, match="cancelled at step 2"):
         runtime.report({"acc": 0.3})  # step 3 was sent; step 2's answer stops the trial
     assert broker.waits == [1, 2]
+
+
+def test_a_report_that_persists_a_checkpoint_waits_for_its_answer(ctx, monkeypatch):
+    """The driver must record checkpoint k before checkpoint k+1 exists (Ray Train deletes all
+    but the newest few): an epoch that persists one waits, pruner or not."""
+    import ray
+
+    broker = _Answers({1: Decision.CONTINUE, 2: Decision.CONTINUE, 3: Decision.CONTINUE})
+    monkeypatch.setattr(ray, "get", broker.get)
+    monkeypatch.setattr(runtime, "_persist", lambda *a: None)
+    ctx.broker, ctx.prunes = broker, False
+    runtime.report({"acc": 0.1})  # nothing to persist: not waited for
+    runtime.report({"acc": 0.2}, checkpoint_dir="/saved")
+    assert broker.waits == [2], "its own answer, at once"
+    runtime.report({"acc": 0.3})
+    assert broker.waits == [2], "the next one goes on without waiting again"
