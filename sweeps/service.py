@@ -225,9 +225,13 @@ def up(
     return info, False
 
 
+def bearer(token_path: str) -> dict[str, str]:
+    """The header Ray's token auth reads on an HTTP request."""
+    return {"Authorization": f"Bearer {Path(token_path).read_text().strip()}"}
+
+
 def _wait_ready(info: ServiceInfo, wait_s: float) -> None:
-    with open(info.token_path) as f:
-        headers = {"Authorization": f"Bearer {f.read().strip()}"}
+    headers = bearer(info.token_path)
     deadline = time.monotonic() + wait_s
     ray_ok = mlflow_ok = False
     while time.monotonic() < deadline:
@@ -356,10 +360,10 @@ class RestJobs:
 
     def __init__(self, url: str, token_path: str | None) -> None:
         self.url = url.rstrip("/")
-        self.headers = {"Content-Type": "application/json"}
-        if token_path:  # Ray's token auth reads a bearer token on HTTP requests
-            token = Path(token_path).read_text().strip()
-            self.headers["Authorization"] = f"Bearer {token}"
+        self.headers = {
+            "Content-Type": "application/json",
+            **(bearer(token_path) if token_path else {}),
+        }
 
     def submit_job(self, **job: Any) -> str:
         return str(self._post("/api/jobs/", job)["submission_id"])
