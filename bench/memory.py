@@ -105,10 +105,11 @@ def main() -> None:
     ap.add_argument("--lane-trials", type=int, default=100)
     args = ap.parse_args()
     os.environ["SWEEPS_HOME"] = tempfile.mkdtemp(prefix="sweeps-mem-")
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     import ray
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    from sweeps.cluster import ensure_ray
+
+    ensure_ray()  # the Ray `sweeps run` starts (and its settings), shared by both sweeps
     r10, r100 = lane_rss(args.lane_trials)
     peak, writer, wall, per_trial, blocking = driver_peak(args.trials)
     ray.shutdown()

@@ -22,6 +22,7 @@ from sweeps.execution.lane import Lane, LaneShape
 from sweeps.policies import BudgetPolicy, FailurePolicy
 from sweeps.protocol import Assignment, Decision, TrialResult, UserMetrics
 from sweeps.spec import COMPUTED_METRICS
+from sweeps.trial_attrs import PendingAttrs
 from sweeps.trialconf import (
     final_step,
     trainer_settings,
@@ -51,6 +52,7 @@ class TrialBook:
         self.settings = trainer_settings(spec)
         self.failures = FailurePolicy(spec.budget.max_failed_trials)
         self.running: dict[tuple[str, int], TrialRecord] = {}
+        self.attrs = PendingAttrs(self.study, lambda: self.clock())  # with its next write
         # Ended trials whose Optuna tell waits for their MLflow run's id (trial_id -> the
         # record, the tell's values and state, and the monotonic time it waits until).
         self.untold: dict[int, tuple[TrialRecord, Any, Any, float]] = {}
@@ -103,8 +105,7 @@ class TrialBook:
         now = self.clock()
         rec.lane_id, rec.seq, rec.assigned_at = lane.lane_id, seq, now
         rec.startup_s = (now - lane.started_at) if lane.trials_run == 0 else 0.0
-        attrs = {"sweeps.lane": lane.lane_id, "sweeps.seed": rec.seed}
-        st.set_trial_attrs(self.study, rec.trial_id, attrs)  # one commit, not two
+        self.attrs.add(rec.trial_id, {"sweeps.lane": lane.lane_id, "sweeps.seed": rec.seed})
         self.tracker.start_trial(self.ctx, rec)  # its run id comes back through link_run
         self.observers("on_trial_start", self.ctx, rec)
         self.running[(lane.lane_id, seq)] = rec
@@ -128,14 +129,18 @@ class TrialBook:
         study instead: Optuna's finished trials are read-only."""
         import optuna
 
+        live = trial_id in self.untold  # ended, not told yet
         for rec in self.running.values():
             if rec.trial_id == trial_id:
-                rec.run_id = run_id
-        try:
-            st.set_trial_attr(self.study, trial_id, "mlflow_run_id", run_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            number = st.trial_number(self.study, trial_id)
-            self.study.set_user_attr(f"sweeps.run_of_trial.{number}", run_id)
+                rec.run_id, live = run_id, True
+        if live:
+            self.attrs.add(trial_id, {"mlflow_run_id": run_id})
+        else:
+            try:
+                st.set_trial_attr(self.study, trial_id, "mlflow_run_id", run_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                number = st.trial_number(self.study, trial_id)
+                self.study.set_user_attr(f"sweeps.run_of_trial.{number}", run_id)
         if trial_id in self.untold:  # linked while still RUNNING: now it may be told
             self._tell_untold(trial_id)
 
@@ -202,7 +207,7 @@ class TrialBook:
         if rec is None:
             return
         rec.restarts = restarts
-        st.set_trial_attr(self.study, rec.trial_id, "sweeps.restarts", restarts)
+        self.attrs.write(rec.trial_id, {"sweeps.restarts": restarts})
         self.tracker.trial_restarted(self.ctx, rec)
         self.observers("on_trial_restart", self.ctx, rec)
 
@@ -234,7 +239,7 @@ class TrialBook:
         if rec is not None:
             rec.checkpoint = path
             attrs = {"sweeps.checkpoint": path, "sweeps.checkpoint_step": step}
-            st.set_trial_attrs(self.study, rec.trial_id, attrs)
+            self.attrs.write(rec.trial_id, attrs)  # now: a resumed sweep starts from it
 
     # ----- the end ----------------------------------------------------------------------------
     LATE_S = 10.0  # how long an end waits for the reports it overtook (Ray orders nothing)
@@ -253,7 +258,7 @@ class TrialBook:
             values = self._objective_values(rec, result, extra)
         if rec.error:
             return self._end_failed(rec, rec.error, result, extra)
-        self._record_attrs(rec, extra)  # before tell: finished trials are read-only
+        self._record_attrs(rec, extra)
         if values is not None:
             self._tell_linked(rec, values if len(values) > 1 else values[0])
             if len(values) == 1:
@@ -291,21 +296,10 @@ class TrialBook:
 
     def costs(self, rec: TrialRecord) -> tuple[float, float, float]:
         """(seconds, cost_usd, gpu_hours) of a trial so far."""
-        from tracking.costs import machine, trial_cost
+        from tracking.costs import resources_cost
 
         seconds = self.clock() - rec.assigned_at
-        try:  # validation checked the machine and its spot price: a miss here costs nothing
-            cost, gpuh = trial_cost(
-                machine(rec.machine_type),
-                workers=rec.workers,
-                gpus_per_worker=rec.gpus_per_worker,
-                cpus_per_worker=rec.cpus_per_worker,
-                preemptible=rec.preemptible,
-                seconds=seconds,
-            )
-        except KeyError:
-            return seconds, 0.0, 0.0
-        return seconds, cost, gpuh
+        return (seconds, *resources_cost(rec, seconds))
 
     def live_spend(self) -> tuple[float, float]:
         """The study's finished spend plus what running trials cost so far."""
@@ -356,13 +350,13 @@ class TrialBook:
 
     def _record_attrs(self, rec: TrialRecord, extra: dict[str, float]) -> None:
         keys = ("duration_s", "cost_usd", "gpu_hours", "train_seconds")
-        st.set_trial_attrs(self.study, rec.trial_id, {k: round(extra[k], 6) for k in keys})
+        self.attrs.add(rec.trial_id, {k: round(extra[k], 6) for k in keys})  # written at tell
 
     def _end_failed(
         self, rec: TrialRecord, error: str, result: TrialResult | None, extra: dict[str, float]
     ) -> TrialEnd:
         rec.error = error
-        st.set_trial_attr(self.study, rec.trial_id, "sweeps.error", error[:2000])
+        self.attrs.add(rec.trial_id, {"sweeps.error": error[:2000]})
         self._record_attrs(rec, extra)
         self._tell_linked(rec, state=_states().FAIL)
         self.failures.record(error)
@@ -383,6 +377,7 @@ class TrialBook:
         self.observers("on_trial_end", self.ctx, rec, end)
 
     def _tell(self, trial: Any, values: Any = None, state: Any = None) -> None:
+        self.attrs.write(st.trial_id(trial))  # its last write: a told trial is read-only
         if st.tell(self.study, trial, values, state=state):
             self.sampler_stopped = True
 

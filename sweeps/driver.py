@@ -74,6 +74,7 @@ class Driver:
             self._link(0)
         if self.book.untold:
             self.book.tell_overdue()
+        self.book.attrs.write_overdue()
         self._tick()
         self._reap()
         going = self._let_starting_lanes_go()
@@ -98,6 +99,7 @@ class Driver:
         book = self.book
         match ev:
             case p.NextTrial():
+                self.pool.ready(ev.lane, self._may_launch)  # a lane waiting to start may go
                 answer = self._next(ev)
                 self.channel.answer(p.next_key(ev.lane, ev.seq), answer)
                 if isinstance(answer, p.Stop) and self.pool.mark_stopping(ev.lane):
@@ -182,8 +184,11 @@ class Driver:
         """A lane stopped (recycled, another shape needed, no more trials) or died: start its
         replacement now, if any; Ray holds it until the old lane's resources are free."""
         st, parallel = self.status, self.spec.budget.parallel
-        may = lambda: self._launch_decision().launch  # noqa: E731 - asked only when needed
-        self.pool.replace(parallel, st.launching, st.cancelling, may)
+        self.pool.replace(parallel, st.launching, st.cancelling, self._may_launch)
+
+    def _may_launch(self) -> bool:
+        """Whether the sweep still wants another trial (asked only when a lane would start)."""
+        return self.status.launching and self._launch_decision().launch
 
     def _link(self, timeout: float | None) -> None:
         """The parent run, once the tracker has made it (in its writer process, while the
@@ -205,7 +210,9 @@ class Driver:
         if self.book.running or self.status.launching or self.pool.waiting_shape():
             return self.pool.active() > 0 or bool(self.book.running)
         for lane in [lane for lane in self.pool.lanes.values() if not lane.stopping]:
-            if lane.trials_run == 0:  # never given a trial: its first request is seq 1
+            if not lane.launched:  # still waiting to start: it never will
+                self.pool.mark_stopping(lane.lane_id)
+            elif lane.trials_run == 0:  # never given a trial: its first request is seq 1
                 stop = p.Stop(self.status.reason or "sweep ended", keep_warm=True)
                 self.channel.answer(p.next_key(lane.lane_id, 1), stop)
                 self.pool.mark_stopping(lane.lane_id)
@@ -221,6 +228,7 @@ class Driver:
         self.book.finish_late(all_=True)
         self.book.fail_all(self.status.reason or "driver stopped")
         self.book.tell_overdue(wait_s=self.book.LINK_WAIT_S)  # nothing left RUNNING
+        self.book.attrs.write_overdue(all_=True)
         if not self._linked:
             self._link(600)
         wall = self.clock() - (self.wall_since or self.started)

@@ -22,7 +22,7 @@ from sweeps.callbacks import CallbackManager, DriverCallback, SweepOutcome
 from sweeps.driver import Driver
 from sweeps.execution.host import ActorLauncher
 from sweeps.execution.lane import LaneConfig, LaneShape, ThreadLauncher
-from sweeps.execution.pool import LanePool, RecyclePolicy
+from sweeps.execution.pool import LanePool, RecyclePolicy, StartPolicy
 from sweeps.spec import Spec
 from sweeps.trialconf import warm_up_settings
 
@@ -107,7 +107,8 @@ def start_lanes(
         rss_growth=e.recycle_rss_growth,
     )
     shape = LaneShape(r.workers, r.cpus_per_worker, r.gpus_per_worker, r.placement)
-    pool = LanePool(launcher, spec.name, shape, recycle)
+    starts = StartPolicy() if local_mode else StartPolicy(cluster.cpus())
+    pool = LanePool(launcher, spec.name, shape, recycle, starts=starts)
     want = 0 if spent() else min(spec.budget.parallel, spec.budget.trials)
     for lane_id in channel.claim(key, want):
         pool.adopt(lane_id)

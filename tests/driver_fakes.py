@@ -4,6 +4,7 @@ lanes end when the test says so, and a tracker that records what it was told."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ from conftest import make_spec
 from sweeps.callbacks import CallbackManager, TrialEnd
 from sweeps.driver import Driver
 from sweeps.execution.lane import Lane, LaneShape
-from sweeps.execution.pool import LanePool, RecyclePolicy
+from sweeps.execution.pool import LanePool, RecyclePolicy, StartPolicy
 from sweeps.protocol import (
     Assignment,
     Decision,
@@ -128,7 +129,13 @@ class RecordingTracker:
 class Harness:
     """A driver wired to fakes; `spec_fields` as for conftest.make_spec."""
 
-    def __init__(self, study: Any = None, observers: list[Any] | None = None, **spec_fields: Any):
+    def __init__(
+        self,
+        study: Any = None,
+        observers: list[Any] | None = None,
+        cpus: float = math.inf,  # the cluster's CPUs, for how many lanes start at once
+        **spec_fields: Any,
+    ):
         fields = {"budget": {"trials": 3, "parallel": 1}, **spec_fields}
         self.spec = make_spec(**fields)
         storage = optuna.storages.InMemoryStorage()
@@ -143,6 +150,7 @@ class Harness:
             self.spec.name,
             LaneShape(r.workers, r.cpus_per_worker, r.gpus_per_worker, r.placement),
             RecyclePolicy(e.recycle_after_trials, e.recycle_rss_growth),
+            starts=StartPolicy(cpus),
         )
         self.driver = Driver(
             self.spec,

@@ -11,6 +11,7 @@ import time
 import pytest
 from driver_fakes import Harness
 
+from sweeps import study as st
 from sweeps.callbacks import DriverCallback
 from sweeps.errors import ProtocolError
 from sweeps.protocol import (
@@ -25,6 +26,7 @@ from sweeps.protocol import (
     TrialResult,
     next_key,
 )
+from sweeps.trial_attrs import PendingAttrs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,9 +45,33 @@ def test_a_lane_asking_gets_an_assignment_of_a_claimed_trial():
     t = h.trial(a.trial_number)
     assert t.state.name == "RUNNING"
     assert t.user_attrs["sweeps.driver"] == h.driver.driver_id
-    assert t.user_attrs["mlflow_run_id"] == f"run-{a.trial_number}"
     assert a.params == t.params and a.config["lr"] == t.params["lr"]
     assert a.config["epochs"] == 3, "fixed trainer settings travel with the params"
+    assert "mlflow_run_id" not in t.user_attrs, "the link waits for the trial's next write"
+    h.clock.t += PendingAttrs.DEFER_S
+    h.driver.step(0)
+    t = h.trial(a.trial_number)
+    assert t.user_attrs["mlflow_run_id"] == f"run-{a.trial_number}", "or written once overdue"
+    assert t.user_attrs["sweeps.lane"] == lane.lane_id and t.user_attrs["sweeps.seed"] == a.seed
+
+
+def test_a_short_trial_is_linked_placed_and_costed_in_one_write_before_its_tell():
+    h = _started()
+    (lane,) = h.lanes
+    writes = []
+    real = st.set_trial_attrs
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            st, "set_trial_attrs", lambda s, tid, attrs: writes.append(attrs) or real(s, tid, attrs)
+        )
+        a = h.run_trial(lane, [0.5])
+    claim, *rest = writes  # the ask's claim (an in-memory storage writes it apart)
+    assert list(claim) == ["sweeps.driver"] and len(rest) == 1, writes
+    t = h.trial(a.trial_number)
+    assert t.state.name == "COMPLETE"
+    assert {"mlflow_run_id", "sweeps.lane", "sweeps.seed", "duration_s", "cost_usd"} <= set(
+        t.user_attrs
+    )
 
 
 def test_reports_reach_optuna_and_the_tracker_and_continue():
@@ -224,6 +250,38 @@ def test_a_lane_still_starting_is_waited_for_while_trials_remain():
     h.run_trial(first, [0.5])
     assert h.driver.step(0)
     assert next_key(starting.lane_id, 1) not in h.channel.answers
+
+
+def test_on_two_cpus_the_second_lane_starts_once_the_first_is_ready():
+    h = _started(cpus=2, budget={"trials": 5, "parallel": 2})
+    (first,) = h.lanes
+    assert h.driver.pool.active() == 2, "the second lane waits, counted against `parallel`"
+    assert isinstance(h.next(first), Assignment)
+    assert len(h.lanes) == 2, "the first lane asked for a trial: its start-up is over"
+    big = _started(cpus=4, budget={"trials": 5, "parallel": 2})
+    assert len(big.lanes) == 2, "four CPUs carry two cold starts at once"
+
+
+def test_a_lane_waiting_to_start_never_starts_once_the_sweep_drains():
+    h = _started(cpus=2, budget={"trials": 10, "parallel": 2})
+    (first,) = h.lanes
+    h.study.set_user_attr("sweeps.stop_requested", time.time())
+    h.clock.t += 3
+    h.driver.step(0)
+    assert isinstance(h.next(first), Stop)
+    h.end_lane(first)
+    assert not h.driver.step(0), "nothing runs, the waiting lane is dropped: the loop ends"
+    assert len(h.lanes) == 1 and h.driver.finish().state == "stopped"
+
+
+def test_a_lane_that_dies_starting_makes_room_for_the_one_waiting():
+    h = _started(cpus=2, budget={"trials": 5, "parallel": 2})
+    (first,) = h.lanes
+    h.end_lane(first, RuntimeError("no workers"))
+    second, replacement = h.lanes[1], h.driver.pool.lanes[max(h.driver.pool.lanes)]
+    assert second.launched and not replacement.launched, "in order, one start at a time"
+    assert isinstance(h.next(second), Assignment)
+    assert replacement.launched
 
 
 def test_a_timeout_drains_and_the_sweep_ends_finished():

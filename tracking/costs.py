@@ -132,6 +132,23 @@ def trial_cost(
     return cost, gpu_hours
 
 
+def resources_cost(r: Any, seconds: float) -> tuple[float, float]:
+    """`trial_cost` of a trial's resources (machine_type, workers, cpus_per_worker,
+    gpus_per_worker, preemptible); (0, 0) for a machine not in the table (validation checked
+    the spec's machines and spot prices: a miss here costs nothing)."""
+    try:
+        return trial_cost(
+            machine(r.machine_type),
+            workers=r.workers,
+            gpus_per_worker=r.gpus_per_worker,
+            cpus_per_worker=r.cpus_per_worker,
+            preemptible=r.preemptible,
+            seconds=seconds,
+        )
+    except KeyError:
+        return 0.0, 0.0
+
+
 # ----- facts about a spec, before it runs -------------------------------------------------------
 
 

@@ -37,6 +37,8 @@ class Lane:
     started_at: float = field(default_factory=time.time)
     trials_run: int = 0
     stopping: bool = False  # told to stop: its fit() is ending, nothing more runs on it
+    launched: bool = False  # its fit() was started (a lane may wait for CPUs to start)
+    ready: bool = False  # its workers asked for a trial: its start-up is over
     first_rss_mb: float = 0.0
     last_rss_mb: float = 0.0
 
