@@ -1,11 +1,11 @@
 """A running trial's user attrs that can wait: written together with its next write.
 
 What the driver learns about a trial while it runs (its lane and seed at assignment, its MLflow
-run's id a moment later) used to be a commit each. In a sweep of tiny trials those two commits
-were ~28% of the driver's time per trial, and the trial's end made a third one (its duration
-and cost) a few milliseconds later. Now they wait here and go out with the trial's next write:
-its end, a checkpoint, a restart, or, for a trial that runs on, once they are `DEFER_S` old,
-so `sweeps show` names a live trial's run within seconds.
+run's id a moment later) used to be a commit each: in a sweep of tiny trials, 28% of the
+driver's samples under py-spy, and the trial's end made a third commit (its duration and cost)
+milliseconds later. Now they wait here and go out with the trial's next write: its end, a
+checkpoint, a restart, or, for a trial that runs on, once they are `DEFER_S` old, so `sweeps
+show` names a live trial's run within seconds.
 
 Nothing here may be lost before the trial is told: a finished Optuna trial is read-only, so the
 book writes what waits right before every tell. A driver that dies loses only what waited; a
@@ -27,9 +27,6 @@ class PendingAttrs:
     def __init__(self, study: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self.study, self.clock = study, clock
         self._waiting: dict[int, tuple[dict[str, Any], float]] = {}
-
-    def __contains__(self, tid: int) -> bool:
-        return tid in self._waiting
 
     def add(self, tid: int, attrs: dict[str, Any]) -> None:
         """Buffer attrs for the trial's next write (the oldest one's age counts)."""

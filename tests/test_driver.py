@@ -533,3 +533,20 @@ def test_a_failing_observer_does_not_stop_the_sweep():
     out = h.driver.finish()
     assert out.state == "finished"
     assert any("Broken.on_trial_end: display gone" in e for e in out.errors)
+
+
+def test_attrs_waiting_for_a_write_survive_its_failure(monkeypatch):
+    calls = []
+
+    def flaky(study, tid, attrs):
+        calls.append(dict(attrs))
+        if len(calls) == 1:
+            raise ConnectionError("the database blinked")
+
+    monkeypatch.setattr(st, "set_trial_attrs", flaky)
+    pending = PendingAttrs(study=None, clock=lambda: 0.0)
+    pending.add(7, {"sweeps.lane": "l0"})
+    with pytest.raises(ConnectionError):
+        pending.write(7, {"sweeps.checkpoint": "c1"})  # the caller retries its own attrs
+    pending.write_overdue(all_=True)
+    assert calls == [{"sweeps.lane": "l0", "sweeps.checkpoint": "c1"}, {"sweeps.lane": "l0"}]
