@@ -226,6 +226,16 @@ def test_a_failing_script_fails_the_trial_with_its_exit_code_and_stderr_tail():
     assert "stderr line 29" not in msg
 
 
+def test_an_abort_at_exit_from_gloo_threads_says_how_to_end_the_script():
+    s = _settings(SCRIPTS, ["${interpreter}", "abort_at_exit.py"])
+    with pytest.raises(program.ProgramError) as e:
+        _run(s, {"lr": 0.05})
+    assert e.value.returncode == -signal.SIGABRT
+    first = str(e.value).splitlines()[0]
+    assert first.startswith("abort_at_exit.py was killed by SIGABRT (torch.distributed's gloo")
+    assert "dist.destroy_process_group()" in first
+
+
 def test_a_metric_that_never_comes_names_it_and_what_was_seen():
     s = _settings(SCRIPTS, ["${interpreter}", "env_dump.py"])
     with pytest.raises(program.ProgramError, match="'val_accuracy' was never seen.*seen: score"):

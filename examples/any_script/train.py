@@ -6,6 +6,7 @@ gradients, rank 0 prints the metrics.
 """
 
 import argparse
+import gc
 import os
 
 import torch
@@ -55,6 +56,10 @@ def main() -> None:
         if rank == 0:
             print(f"epoch={epoch} loss={total / len(shard):.4f} val_accuracy={acc:.4f}")
     if world > 1:
+        # DDP keeps the process group alive; free it and its gloo threads now, or one of them
+        # may still be cleaning up when Python exits, and abort the process (torch 2.x).
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@ environment (MASTER_ADDR, RANK, WORLD_SIZE...), and the metric reported with clo
 It knows nothing about sweeps."""
 
 import argparse
+import gc
 import os
 
 import hypertune
@@ -64,6 +65,10 @@ def main() -> None:
             )
             print(f"epoch {epoch + 1}: accuracy={acc:.4f}", flush=True)
     if world > 1:
+        # DDP keeps the process group alive; free it and its gloo threads now, or one of them
+        # may still be cleaning up when Python exits, and abort the process (torch 2.x).
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
 
 
