@@ -8,6 +8,8 @@ Ways (same search space, TPE seed, 5 epochs, batch 64, parallel 2 where it appli
            driver gets a 0.01 CPU share or two concurrent trials starve their own workers)
   isolated sweeps, one Ray Train run per trial (6 trials)
   lanes    sweeps, warm Ray Train worker groups (6 and 24 trials)
+Ray is started once, as `sweeps run` starts it (`ensure_ray`: Ray Train's health check every
+0.2 s, its preemption watcher and metrics off), and every way runs on it, Ray Tune's included.
 Plain and lanes: marginal = seconds per extra trial in steady state, from one run's per-trial
 timeline (issue 18: the difference of two sweeps' walls drowned in noise). For plain, the median
 gap between consecutive trial starts; for lanes, the median gap between consecutive trial starts
@@ -240,8 +242,10 @@ def main() -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     import ray
 
+    from sweeps.cluster import ensure_ray
+
     t0 = time.perf_counter()
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ensure_ray()  # Ray as `sweeps run` starts it, for every way (Ray Tune's runs included)
     init_s = time.perf_counter() - t0
     storage = os.path.join(home, "ray")
     rows = {}

@@ -47,6 +47,7 @@ class Driver:
         self.ctx = SweepContext(spec, spec.name, self.storage_url, self.started, study=self.study)
         self.book = TrialBook(self.ctx, self.tracker, self.observers, self.budget, self.driver_id)
         self.book.clock = self.clock
+        self.pool.clock = self.clock  # lane start-up times, on the clock the trials use
         self.pulse = liveness.Pulse(self.study, self.driver_id, self.started)
         self._restore: Callable[[], None] = lambda: None
         self._linked = False  # the MLflow parent run's ids are on the study
@@ -77,6 +78,8 @@ class Driver:
         self.book.attrs.write_overdue()
         self._tick()
         self._reap()
+        if self.pool.waiting():
+            self.pool.launch_waiting(self._worth_starting)
         going = self._let_starting_lanes_go()
         self.channel.flush()
         return going
@@ -99,7 +102,7 @@ class Driver:
         book = self.book
         match ev:
             case p.NextTrial():
-                self.pool.ready(ev.lane, self._may_launch)  # a lane waiting to start may go
+                self.pool.ready(ev.lane)
                 answer = self._next(ev)
                 self.channel.answer(p.next_key(ev.lane, ev.seq), answer)
                 if isinstance(answer, p.Stop) and self.pool.mark_stopping(ev.lane):
@@ -190,6 +193,17 @@ class Driver:
         """Whether the sweep still wants another trial (asked only when a lane would start)."""
         return self.status.launching and self._launch_decision().launch
 
+    def _worth_starting(self, start_s: float | None) -> bool:
+        """A waiting lane starts while the sweep still launches and its trials not yet begun
+        would outlast the start (StartPolicy.worth_starting)."""
+        d = self._launch_decision()
+        if not (self.status.launching and d.launch):
+            return False
+        now = self.clock()
+        longest = max((now - rec.assigned_at for rec in self.book.running.values()), default=0.0)
+        lanes = sum(x.ready and not x.stopping for x in self.pool.lanes.values())
+        return self.pool.starts.worth_starting(d.remaining, lanes, longest, start_s)
+
     def _link(self, timeout: float | None) -> None:
         """The parent run, once the tracker has made it (in its writer process, while the
         first trials run): its ids go on the study. MLflow refusing it fails the sweep."""
@@ -207,6 +221,12 @@ class Driver:
         (on a service it then waits warm for the next sweep). Waiting for it kept a warm
         sweep's end ~20 s behind its last trial, and up to SWEEPS_LANE_IDLE_S when that lane
         was queued behind another sweep's idle ones."""
+        if not self.book.running and self.status.launching:
+            # A budget can be spent with no lane left to ask for a trial (the last one was
+            # recycled, the next still waits to start): nothing more will run.
+            d = self._launch_decision()
+            if not d.launch:
+                self.status.drain(d.reason, d.ends_as)
         if self.book.running or self.status.launching or self.pool.waiting_shape():
             return self.pool.active() > 0 or bool(self.book.running)
         for lane in [lane for lane in self.pool.lanes.values() if not lane.stopping]:

@@ -252,14 +252,54 @@ def test_a_lane_still_starting_is_waited_for_while_trials_remain():
     assert next_key(starting.lane_id, 1) not in h.channel.answers
 
 
-def test_on_two_cpus_the_second_lane_starts_once_the_first_is_ready():
+def test_on_two_cpus_the_second_lane_starts_once_the_work_left_outlasts_a_start():
     h = _started(cpus=2, budget={"trials": 5, "parallel": 2})
     (first,) = h.lanes
     assert h.driver.pool.active() == 2, "the second lane waits, counted against `parallel`"
+    h.clock.t += 10  # the first lane's start-up
     assert isinstance(h.next(first), Assignment)
-    assert len(h.lanes) == 2, "the first lane asked for a trial: its start-up is over"
+    h.driver.step(0)
+    assert len(h.lanes) == 1, "no trial has run yet: nothing says a start would pay"
+    h.clock.t += 2
+    h.driver.step(0)
+    assert len(h.lanes) == 1, "4 trials left x 2 s on one lane: 8 s, less than a 10 s start"
+    h.clock.t += 1
+    h.driver.step(0)
+    assert len(h.lanes) == 2, "4 x 3 s: 12 s of work left, more than a start"
     big = _started(cpus=4, budget={"trials": 5, "parallel": 2})
     assert len(big.lanes) == 2, "four CPUs carry two cold starts at once"
+
+
+def test_a_few_short_trials_run_on_the_first_lane_and_the_waiting_one_never_starts():
+    h = _started(cpus=2, budget={"trials": 4, "parallel": 2})
+    (first,) = h.lanes
+    h.clock.t += 10
+    for value in (0.1, 0.2, 0.3, 0.4):
+        a = h.next(first)
+        h.clock.t += 1
+        h.driver.step(0)
+        h.report(a, first, 1, val_accuracy=value)
+        h.finish(a, first, val_accuracy=value)
+    assert isinstance(h.next(first), Stop)
+    h.end_lane(first)
+    assert not h.driver.step(0)
+    assert len(h.lanes) == 1 and h.driver.finish().state == "finished"
+
+
+def test_a_lane_per_trial_on_two_cpus_ends_when_the_budget_is_spent():
+    # Isolated mode: each lane runs one trial and is replaced. The last trial's lane is
+    # recycled, not told the budget is spent, and the next lane still waits for CPUs: nothing
+    # asks for another trial, yet the sweep must see that nothing more will run.
+    h = _started(cpus=2, budget={"trials": 3, "parallel": 2}, execution={"recycle_after_trials": 1})
+    for _ in range(3):
+        lane = next(x for x in h.lanes if x.launched and not x.done.is_set())
+        h.clock.t += 10
+        h.run_trial(lane, [0.5])
+        assert isinstance(h.next(lane), Stop)
+        h.end_lane(lane)
+    assert not h.driver.step(0), "the waiting lane is dropped and the loop ends"
+    out = h.driver.finish()
+    assert out.state == "finished" and "budget reached: 3/3" in out.reason
 
 
 def test_a_lane_waiting_to_start_never_starts_once_the_sweep_drains():
@@ -280,7 +320,10 @@ def test_a_lane_that_dies_starting_makes_room_for_the_one_waiting():
     h.end_lane(first, RuntimeError("no workers"))
     second, replacement = h.lanes[1], h.driver.pool.lanes[max(h.driver.pool.lanes)]
     assert second.launched and not replacement.launched, "in order, one start at a time"
+    h.clock.t += 10
     assert isinstance(h.next(second), Assignment)
+    h.clock.t += 3  # 4 trials left x 3 s: more than a 10 s start
+    h.driver.step(0)
     assert replacement.launched
 
 

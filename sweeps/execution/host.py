@@ -23,6 +23,10 @@ class LaneHost:
     def __init__(self) -> None:
         self.ended: dict[str, str | None] = {}
         self.done: dict[str, threading.Event] = {}
+        # Ray Train and torch take ~1.4 s to import: now, as the host is made, rather than
+        # when the first lane's fit() comes (once the study is open, ~0.5 s later). Not in a
+        # thread: two threads importing one package cycle can see it half-initialized.
+        import ray.train.torch  # noqa: F401
 
     def run_lane(self, lane_id: str, shape: LaneShape, conf: LaneConfig) -> str | None:
         """Run the lane's fit() to its end; returns None, or the error that ended it."""

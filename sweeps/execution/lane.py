@@ -39,6 +39,7 @@ class Lane:
     stopping: bool = False  # told to stop: its fit() is ending, nothing more runs on it
     launched: bool = False  # its fit() was started (a lane may wait for CPUs to start)
     ready: bool = False  # its workers asked for a trial: its start-up is over
+    launched_at: float | None = None  # on the pool's clock
     first_rss_mb: float = 0.0
     last_rss_mb: float = 0.0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,20 @@ class StartPolicy:
             return True
         return sum(map(self.cost, starting)) + self.cost(shape) <= self.cpus
 
+    @staticmethod
+    def worth_starting(left: int, lanes: int, trial_s: float, start_s: float | None) -> bool:
+        """Pure: whether a lane that waited for CPUs should still start. It pays for itself
+        only if the `left` trials not yet begun would keep the `lanes` already running busy
+        for longer than a start takes (`start_s`, as the lanes started so far took). 6 digits
+        trials of ~1 s were all done 3 s after the first lane was ready, while a second lane
+        would have taken 13 s to start, and taken CPU from those trials meanwhile. `trial_s`
+        is the longest a trial of the sweep has run yet: it grows while a long one runs."""
+        if left <= 0:
+            return False
+        if start_s is None or lanes <= 0:
+            return True
+        return left * trial_s / lanes > start_s
+
 
 class LanePool:
     def __init__(
@@ -77,6 +92,7 @@ class LanePool:
         recycle: RecyclePolicy | None = None,
         max_deaths: int = MAX_LANE_DEATHS,
         starts: StartPolicy | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.launcher = launcher
         self.sweep = sweep
@@ -88,6 +104,8 @@ class LanePool:
         self.deaths = 0
         self.index = 0
         self.pending: dict[LaneShape, list[Any]] = {}
+        self.clock = clock
+        self.start_s: float | None = None  # the longest a lane here took to start so far
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -104,29 +122,36 @@ class LanePool:
         lane = Lane(make_lane_id(self.sweep, self.index), shape or self.default_shape)
         self.index += 1
         self.lanes[lane.lane_id] = lane
-        self._launch_waiting()
+        self.launch_waiting()
         return lane
 
-    def ready(self, lane_id: str, may_launch: Any = lambda: True) -> None:
-        """The lane asked for its first trial: a lane waiting to start may go, if the sweep
-        still wants it (`may_launch()`, asked only when one waits)."""
+    def ready(self, lane_id: str) -> None:
+        """The lane asked for its first trial: its start-up is over, and how long it took
+        says what the next start will cost."""
         lane = self.lanes.get(lane_id)
         if lane is None or lane.ready:
             return
         lane.ready = True
-        if self._waiting() and may_launch():
-            self._launch_waiting()
+        if lane.launched_at is not None:
+            took = self.clock() - lane.launched_at
+            self.start_s = max(self.start_s or 0.0, took)
 
-    def _waiting(self) -> bool:
+    def waiting(self) -> bool:
+        """Whether a lane waits to start (for CPUs, then for the work left to be worth it)."""
         return any(not x.launched and not x.stopping for x in self.lanes.values())
 
-    def _launch_waiting(self) -> None:
+    def launch_waiting(self, worth: Callable[[float | None], bool] | None = None) -> None:
+        """Start the waiting lanes the CPUs carry, in order; `worth(start_s)`, when given,
+        is asked before each (the sweep's work left against what a start costs)."""
         live = [x for x in self.lanes.values() if not x.stopping]
         starting = [x.shape for x in live if x.launched and not x.ready]
         for lane in [x for x in live if not x.launched]:
             if not self.starts.may_start(starting, lane.shape):
                 break  # in order: a big lane is not overtaken forever by small ones
+            if worth is not None and not worth(self.start_s):
+                break
             lane.launched, lane.started_at = True, time.time()
+            lane.launched_at = self.clock()
             timeline.mark("lane.launch", lane=lane.lane_id)
             self.launcher.launch(lane)
             starting.append(lane.shape)
@@ -171,8 +196,8 @@ class LanePool:
             self.start(waiting)
         elif launching and self.active() < parallel and may_launch():
             self.start()
-        elif launching and self._waiting() and may_launch():
-            self._launch_waiting()  # the lane that ended was starting: room for the next
+        elif launching and self.waiting() and may_launch():
+            self.launch_waiting()  # the lane that ended was starting: room for the next
 
     def too_many_deaths(self) -> bool:
         return self.deaths >= self.max_deaths
