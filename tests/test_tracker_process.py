@@ -38,6 +38,9 @@ def _run_id(tracker: MLflowTracker, trial_id: int, timeout: float = 30) -> str:
 def test_a_trial_is_recorded_whole_by_the_writer_process(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     tracker = MLflowTracker(uri, process=True)
+    # The child makes the new store's schema: this process's client (in _sweep) must not make
+    # it at the same time (alembic's "expected to match one row" when two processes race).
+    assert tracker.flush() == []
     ctx = _sweep(tracker)
     t = _trial()
     timeline.begin(from_process_start=False)
@@ -87,6 +90,7 @@ def test_a_driver_killed_outright_leaves_what_it_sent_written(tmp_path):
         from test_tracker_batch import _record, _sweep, _trial
         from tracking.tracker import MLflowTracker
         tracker = MLflowTracker({uri!r}, process=True)
+        assert tracker.flush() == []  # the child makes the schema first
         ctx = _sweep(tracker)
         _record(tracker, ctx, _trial())
         print(tracker.remote.proc.pid, flush=True)
