@@ -196,13 +196,17 @@ class Driver:
     def _worth_starting(self, start_s: float | None) -> bool:
         """A waiting lane starts while the sweep still launches and its trials not yet begun
         would outlast the start (StartPolicy.worth_starting)."""
-        d = self._launch_decision()
-        if not (self.status.launching and d.launch):
+        if not self.status.launching:
             return False
         now = self.clock()
         longest = max((now - rec.assigned_at for rec in self.book.running.values()), default=0.0)
         lanes = sum(x.ready and not x.stopping for x in self.pool.lanes.values())
-        return self.pool.starts.worth_starting(d.remaining, lanes, longest, start_s)
+        worth = self.pool.starts.worth_starting
+        # The whole budget bounds the trials left: most turns end here, without the count query.
+        if not worth(self.spec.budget.trials, lanes, longest, start_s):
+            return False
+        d = self._launch_decision()
+        return d.launch and worth(d.remaining, lanes, longest, start_s)
 
     def _link(self, timeout: float | None) -> None:
         """The parent run, once the tracker has made it (in its writer process, while the
