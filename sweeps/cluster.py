@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from sweeps.errors import ServiceError, SpecError, one_line
+from sweeps.execution.raytrain import NO_AUTOSCALER_ENV
 from sweeps.protocol import Event, Key, check_answer
 from sweeps.spec import Spec
 
@@ -40,6 +41,8 @@ def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = 
         # from the trials of the lanes already running) and its per-report metrics only cost.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         os.environ.setdefault("RAY_TRAIN_METRICS_ENABLED", "0")
+        # Nor does an autoscaler read Ray Train's resource requests (execution/raytrain.py).
+        os.environ.setdefault(NO_AUTOSCALER_ENV, "1")
     if address and address.startswith(("http://", "https://")):
         raise SpecError(
             f"RAY_ADDRESS={address} is a Jobs API URL: use `sweeps submit` with it, or set "

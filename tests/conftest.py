@@ -19,6 +19,8 @@ def ray_cluster():
     import ray
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    # No autoscaler reads Ray Train's resource requests here, as on a Ray `ensure_ray` starts.
+    os.environ.setdefault("SWEEPS_NO_AUTOSCALER", "1")
     # 4 logical CPUs on a 2-core machine: two 2-worker lanes fit; the work itself is tiny.
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray

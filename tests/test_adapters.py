@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, make_spec
 
 from sweeps import study as st
+from sweeps.execution import raytrain
 from tracking import mlflow_compat
 
 
@@ -30,7 +31,12 @@ def _tuple(v: str) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize(
-    "package,tested", [("optuna", st.OPTUNA_TESTED), ("mlflow", mlflow_compat.MLFLOW_TESTED)]
+    "package,tested",
+    [
+        ("optuna", st.OPTUNA_TESTED),
+        ("mlflow", mlflow_compat.MLFLOW_TESTED),
+        ("ray", raytrain.RAY_TESTED),
+    ],
 )
 def test_installed_release_is_the_one_the_adapter_was_tested_on(package, tested):
     low, high = _pinned(package)
@@ -116,3 +122,21 @@ def test_mlflow_internal_names_used_by_the_adapter_exist(tmp_path):
     run = client.create_run(client.create_experiment("x"))
     monitor = mlflow_compat.system_metrics_monitor(run.info.run_id, uri)
     assert hasattr(monitor, "start") and hasattr(monitor, "finish")
+
+
+def test_ray_train_private_names_used_by_the_lane_trainer_exist():
+    import inspect
+
+    from ray.train.v2._internal.execution.controller import TrainController
+    from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
+
+    trainer = raytrain.in_process_trainer_class()
+    base = trainer.__mro__[1]
+    for name in ("_create_default_callbacks", "_initialize_and_run_controller"):
+        assert callable(getattr(base, name, None)), f"TorchTrainer.{name} is gone"
+    params = inspect.signature(base._initialize_and_run_controller).parameters
+    assert any(p.kind is p.VAR_KEYWORD for p in params.values()), "takes the controller's kwargs"
+    assert inspect.iscoroutinefunction(TrainController.run), "run() is awaited in-process"
+    assert callable(TrainController.get_result)
+    for name in ("after_controller_start", "_maybe_send_resource_request"):
+        assert callable(getattr(FixedScalingPolicy, name, None)), f"FixedScalingPolicy.{name}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
 from trainer.data import DatasetNotFound, augment_cifar, load_dataset
 
@@ -73,6 +74,27 @@ def test_digits_is_bundled_and_split_by_seed():
     assert a.x_train.shape[1:] == (1, 8, 8) and len(a.x_train) + len(a.x_val) == 1797
     assert a.digest == b.digest and a.digest != c.digest
     assert torch.equal(a.x_val, b.x_val)
+
+
+def test_digits_read_without_sklearn_are_sklearns_digits(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    from trainer import data
+
+    fast = data._digits()
+    monkeypatch.setattr(data, "_bundled_digits", lambda: None)  # the fallback: sklearn's loader
+    slow = data._digits()
+    assert fast[0].dtype == slow[0].dtype and np.array_equal(fast[0], slow[0])
+    assert np.array_equal(fast[1], slow[1]) and np.array_equal(fast[1], load_digits().target)
+    # ...and a worker that loads them never imports scikit-learn (~0.8 s of its start)
+    code = (
+        "import sys; from trainer.data import load_dataset; load_dataset('digits'); "
+        "print('sklearn' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "False"
 
 
 def test_mnist_and_fashion_in_idx_format(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from conftest import byo
 
 from sweeps import api
+from sweeps.execution import raytrain
 
 
 def _trials(name: str) -> list[dict]:
@@ -25,8 +26,23 @@ def test_trials_over_two_lanes_run_once_with_their_own_params_and_fresh_weights(
         # Each lane's first trial waits for the other lane's: see byo_tasks._meet_other_lanes.
         trainer={"params": {"meet_dir": str(meet)}},
     )
+    before = set(raytrain.actor_classes())
     out = api.run(spec, install_signals=False)
     assert out.state == "finished"
+    made = sorted(c for a, c in raytrain.actor_classes().items() if a not in before)
+    # Each lane's Ray Train controller ran inside the lane host, not as an actor of its own,
+    # with no placement-group cleaner (the host made the placement group) and no dataset
+    # manager (a lane has no Ray Datasets).
+    # No autoscaling coordinator either: no autoscaler reads its requests on this Ray.
+    helpers = (
+        "TrainController",
+        "PlacementGroupCleaner",
+        "DatasetManager",
+        "_AutoscalingCoordinatorActor",
+    )
+    for helper in helpers:
+        assert helper not in made, made
+    assert made.count("LaneHost") == 1 and made.count("RayTrainWorker") == 2, made
     study = optuna.load_study(study_name="lanes", storage=f"sqlite:///{home}/optuna.db")
     trials = study.get_trials()
     assert [t.number for t in trials] == list(range(8))

@@ -55,16 +55,25 @@ def warm_up(config: dict[str, Any], device: torch.device, log_models: bool = Tru
     the allocator warm (one forward/backward pass on a batch), and the MLflow model folder's
     fixed part written, so the lane's first trial costs what the others do."""
     bundle, (x_tr, y_tr, x_va, _) = dataset(config, device)
-    name = config.get("model", "mlp")
-    arch = arch_params(name, config)
-    model = build_model(name, bundle.input_shape, bundle.num_classes, **arch).to(device)
-    n = min(len(x_tr), int(config.get("batch_size", 64)))
-    F.cross_entropy(model(x_tr[:n]), y_tr[:n]).backward()
-    # An optimizer's first construction in a process costs ~1.5 s here (torch.optim's lazy
-    # imports), which made a lane's first trial twice a later one. Its step on this throwaway
-    # model warms the update kernels too.
-    with contextlib.suppress(ValueError):  # an unknown optimizer: the trial says so, not this
-        make_optimizer(model, config).step()
+    join: Any = None
+    if log_models and device.type == "cpu":  # a GPU context must not be forked
+        from trainer.packaging import template_in_child
+
+        join = template_in_child(*_template_args(bundle, x_va))
+    try:
+        name = config.get("model", "mlp")
+        arch = arch_params(name, config)
+        model = build_model(name, bundle.input_shape, bundle.num_classes, **arch).to(device)
+        n = min(len(x_tr), int(config.get("batch_size", 64)))
+        F.cross_entropy(model(x_tr[:n]), y_tr[:n]).backward()
+        # An optimizer's first construction in a process costs ~1.5 s here (torch.optim's lazy
+        # imports), which made a lane's first trial twice a later one. Its step on this
+        # throwaway model warms the update kernels too.
+        with contextlib.suppress(ValueError):  # an unknown optimizer: the trial says so
+            make_optimizer(model, config).step()
+    finally:
+        if join is not None:
+            join()  # the child is reaped even when this warm-up fails
     if log_models:
         _package(model, name, arch, bundle, x_va)
 
@@ -250,7 +259,6 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
 
 def _package(model: nn.Module, name: str, arch: dict[str, Any], bundle: Any, x_val: Any) -> bytes:
     """The trained network as an MLflow pyfunc folder (weights + build config, no pickle)."""
-    from trainer.data import input_scaling
     from trainer.packaging import package_builtin
 
     info = {
@@ -259,9 +267,18 @@ def _package(model: nn.Module, name: str, arch: dict[str, Any], bundle: Any, x_v
         "input_shape": list(bundle.input_shape),
         "num_classes": bundle.num_classes,
     }
+    _, _, example, meta = _template_args(bundle, x_val)
+    return package_builtin(model, info, example, meta)
+
+
+def _template_args(bundle: Any, x_val: Any) -> tuple[tuple[int, ...], int, Any, dict[str, str]]:
+    """What the MLflow model folder's fixed part is made of: input shape, classes, the input
+    example (four validation samples) and the dataset's metadata."""
+    from trainer.data import input_scaling
+
     example = x_val[:4].detach().float().cpu().numpy()
     meta = {"sweeps.dataset": bundle.name, "sweeps.input_scaling": input_scaling(bundle.name)}
-    return package_builtin(model, info, example, meta)
+    return tuple(bundle.input_shape), bundle.num_classes, example, meta
 
 
 def _spread(value: float, world: int, device: torch.device) -> float:

@@ -18,6 +18,8 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
+from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
@@ -40,16 +42,66 @@ def _signature(example: np.ndarray, num_classes: int) -> Any:
     return infer_signature(example, np.zeros((len(example), num_classes), dtype=np.float32))
 
 
+def _key(input_shape: tuple[int, ...], num_classes: int, meta: dict) -> tuple[Any, ...]:
+    return (tuple(input_shape), num_classes, json.dumps(meta, sort_keys=True))
+
+
 def _template(
     input_shape: tuple[int, ...], num_classes: int, example: np.ndarray, meta: dict
 ) -> str:
     """The pyfunc folder without a trial's weights, written once per process and shape."""
-    key = (tuple(input_shape), num_classes, json.dumps(meta, sort_keys=True))
+    key = _key(input_shape, num_classes, meta)
     if key in _TEMPLATES and os.path.isdir(_TEMPLATES[key]):
         return _TEMPLATES[key]
+    path = _write_template(
+        tempfile.mkdtemp(prefix="sweeps-model-template-"), num_classes, example, meta
+    )
+    _TEMPLATES[key] = path
+    return path
+
+
+def template_in_child(
+    input_shape: tuple[int, ...], num_classes: int, example: np.ndarray, meta: dict
+) -> Callable[[], None]:
+    """Start writing the template in a forked child; returns `join`, which waits for it and
+    makes it this process's template (if the child failed, `_template` writes it here later).
+
+    Writing it is ~1.2 s of a lane worker's start (MLflow's import and save_model), all of it
+    on the way to the lane's first trial, while the worker's other warm-up (model, optimizer:
+    ~1.2 s) leaves a second core idle. A fork keeps torch and numpy already imported, as a
+    DataLoader worker does; the child touches no device and no Ray, and ends with os._exit.
+    """
+    key = _key(input_shape, num_classes, meta)
+    if key in _TEMPLATES or not hasattr(os, "fork"):
+        return lambda: None
+    work = tempfile.mkdtemp(prefix="sweeps-model-template-")
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            _write_template(work, num_classes, example, meta)
+            code = 0
+        finally:
+            os._exit(code)
+
+    def join(timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.waitstatus_to_exitcode(status) == 0:
+                    _TEMPLATES[key] = os.path.join(work, "model")
+                return
+            time.sleep(0.01)
+        os.kill(pid, 9)  # stuck: this process writes it instead
+        os.waitpid(pid, 0)
+
+    return join
+
+
+def _write_template(work: str, num_classes: int, example: np.ndarray, meta: dict) -> str:
     import mlflow
 
-    work = tempfile.mkdtemp(prefix="sweeps-model-template-")
     weights, arch = os.path.join(work, "weights.pt"), os.path.join(work, "arch.json")
     open(weights, "wb").close()
     with open(arch, "w") as f:
@@ -65,7 +117,6 @@ def _template(
         input_example=example,
         metadata=meta,
     )
-    _TEMPLATES[key] = path
     return path
 
 

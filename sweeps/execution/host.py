@@ -33,7 +33,7 @@ class LaneHost:
         done = self.done.setdefault(lane_id, threading.Event())
         error = None
         try:
-            make_trainer(Lane(lane_id, shape), conf).fit()
+            make_trainer(Lane(lane_id, shape), conf, in_process_controller=True).fit()
         except BaseException as e:
             error = f"{type(e).__name__}: {one_line(e, 2000)}"
         self.ended[lane_id] = error

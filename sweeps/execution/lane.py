@@ -67,11 +67,12 @@ class LaneConfig:
     local_mode: bool = False
 
 
-def make_trainer(lane: Lane, conf: LaneConfig) -> Any:
+def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = False) -> Any:
     """The lane's TorchTrainer, not started."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from sweeps.execution.raytrain import in_process_trainer_class
     from sweeps.execution.storage import filesystem, scheme
     from sweeps.execution.worker import lane_main
 
@@ -93,7 +94,8 @@ def make_trainer(lane: Lane, conf: LaneConfig) -> Any:
         "broker": conf.broker,
         "storage_scheme": scheme(conf.storage_path),
     }
-    return TorchTrainer(
+    trainer_cls = in_process_trainer_class() if in_process_controller else TorchTrainer
+    return trainer_cls(
         lane_main,
         train_loop_config=config,
         scaling_config=scaling,

@@ -294,7 +294,7 @@ def _function(how: dict[str, Any]) -> Any:
     return _FUNCTIONS[key]
 
 
-def _warm_up(how: dict[str, Any]) -> None:
+def _warm_up(how: dict[str, Any], rank: int) -> None:
     """Before the lane's first trial: import the training code and, for the built-in trainer,
     load the dataset onto the device and run one step, so the first trial costs what later
     ones do. A failure here is left for the first trial to report."""
@@ -304,7 +304,9 @@ def _warm_up(how: dict[str, Any]) -> None:
         elif how.get("config"):
             from trainer.loop import warm_up
 
-            warm_up(how["config"], _device(), log_models=bool(how.get("log_models")))
+            # Only rank 0 packages a trial's model, so only it writes the folder's fixed part.
+            log_models = bool(how.get("log_models")) and rank == 0
+            warm_up(how["config"], _device(), log_models=log_models)
     except Exception:  # the trial that hits it again says what is wrong, in its own record
         pass
 
@@ -343,7 +345,7 @@ def lane_main(cfg: dict[str, Any]) -> None:
     # Nobody moves on until every rank has attached: keeps generations apart after a restart.
     _barrier(world)
     if state["current"] is None:
-        _warm_up(cfg.get("warmup") or {})
+        _warm_up(cfg.get("warmup") or {}, rank)
     # What is here now (Ray, torch, the data, the imports of the user's code) lives as long as
     # the lane: frozen, it is left out of the collection after every trial, which otherwise
     # scanned it all and took most of a tiny trial's time (61% of a lane worker's samples).
