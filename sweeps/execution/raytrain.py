@@ -9,11 +9,11 @@ actor around it adds nothing a lane uses (its SIGINT handler needs a main thread
 host's call never has; nobody calls `abort()` on a lane, the pool stops lanes through the broker).
 
 Helper actors Ray Train starts for every run are left out where they have nothing to do; each
-is a process spawned while the lane's worker spawns (measured together with the next two: a
-lane's first request 10.1 -> 9.5 s, the mean of 6 sweeps each way on 2 cores):
+is a process spawned while the lane's worker spawns:
 - the placement-group cleaner, which removes a worker group's placement group should the
   controller's actor die without doing it. Here the controller is the lane host itself, the
-  placement group's creator, and Ray deletes a placement group with its creator;
+  placement group's creator, and Ray deletes a placement group with its creator (without the
+  cleaner a lane's first request came at 9.45 s, with it 10.11 s: means of 6 sweeps each way);
 - the dataset manager, when the run has no Ray Datasets (a lane never has);
 - the autoscaling coordinator, on a Ray that `ensure_ray` started in-process: no autoscaler
   reads its requests there. Its first request waits for the actor to spawn (~1 s on 2 cores)
