@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import get_args
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sweeps.cli import app
-from sweeps.spec.models import Budget
+from sweeps.samplers import sampler_option_names
+from sweeps.spec.models import Budget, PrunerSpec, SamplerSpec, TrainerSpec
 
 BASE = {
     "name": "ok",
@@ -31,6 +33,12 @@ BASE = {
 }
 
 word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=3, max_size=12)
+# Hypothesis also draws the string constants it finds in our source ("hard", "file", "tpe"), so
+# each strategy below leaves out the words that would make a valid spec.
+SAMPLERS = get_args(SamplerSpec.model_fields["name"].annotation)
+PRUNERS = get_args(PrunerSpec.model_fields["name"].annotation)
+MODELS = get_args(TrainerSpec.model_fields["model"].annotation)
+DATASETS = get_args(TrainerSpec.model_fields["dataset"].annotation)
 bad_int = st.one_of(
     st.integers(max_value=0),
     st.integers(min_value=10**13),
@@ -76,20 +84,24 @@ mutations = st.one_of(
     ),
     st.just((_set(BASE, "search_space.opt.choices", []), "search_space.opt.choices")),
     st.floats(max_value=0).map(lambda v: (_set(BASE, "search_space.lr.low", v), "search_space.lr")),
-    word.filter(lambda w: w not in ("tpe", "random", "grid", "cmaes", "gp", "nsga", "qmc")).map(
+    word.filter(lambda w: w not in SAMPLERS).map(
         lambda w: (_set(BASE, "sampler.name", w), "sampler.name")
     ),
-    word.filter(lambda w: w not in ("median", "percentile", "hyperband", "patient", "none")).map(
+    word.filter(lambda w: w not in PRUNERS).map(
         lambda w: (_set(BASE, "pruner.name", w), "pruner.name")
     ),
-    word.filter(lambda w: w not in ("mlp", "cnn", "resnet")).map(
+    word.filter(lambda w: w not in MODELS).map(
         lambda w: (_set(BASE, "trainer.model", w), "trainer.model")
     ),
-    word.filter(lambda w: w not in ("digits", "mnist", "cifar")).map(
+    word.filter(lambda w: w not in DATASETS).map(
         lambda w: (_set(BASE, "trainer.dataset", w), "trainer.dataset")
     ),
-    word.map(lambda w: (_set(BASE, "storage", f"{w}://x/y"), "storage")),
-    word.map(lambda w: (_set(BASE, "tracking.uri", f"{w}:/nowhere"), "tracking.uri")),
+    word.filter(lambda w: w not in ("postgresql", "mysql")).map(
+        lambda w: (_set(BASE, "storage", f"{w}://x/y"), "storage")
+    ),
+    word.filter(lambda w: w != "file").map(
+        lambda w: (_set(BASE, "tracking.uri", f"{w}:/nowhere"), "tracking.uri")
+    ),
     st.integers(min_value=100_001, max_value=10**15).map(
         lambda v: (_set(BASE, "trainer.epochs", v), "trainer.epochs")
     ),
@@ -97,7 +109,9 @@ mutations = st.one_of(
         lambda v: (_set(BASE, "resources.gpus_per_worker", v), "resources.gpus_per_worker")
     ),
     st.just((_set(BASE, "resources", [1, 2]), "resources")),
-    word.map(lambda w: (_set(BASE, "sampler.options", {w: 1}), f"sampler.options.{w}")),
+    word.filter(lambda w: w not in sampler_option_names("tpe")).map(
+        lambda w: (_set(BASE, "sampler.options", {w: 1}), f"sampler.options.{w}")
+    ),
     word.map(lambda w: (_set(BASE, "resources.machine_type", w + "-zz"), "resources.machine_type")),
 )
 
