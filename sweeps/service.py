@@ -113,6 +113,27 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def _check_free(host: str, port: int, flag: str) -> None:
+    """Refuse a port another process listens on, before anything starts. Without this, a taken
+    dashboard port was found only once Ray's head had started and exited, and a taken MLflow
+    port that answered /health (a colleague's MLflow UI) passed for ours."""
+    import errno
+    import socket
+
+    with socket.socket() as s:
+        # Reuse-address: a port in TIME_WAIT after the last `down` is free; a listener is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                # Not an address of this machine, or a name that does not resolve.
+                raise SpecError(f"--host: cannot bind {host}:{port} ({err.strerror})") from None
+            raise SpecError(
+                f"{flag}: {host}:{port} is taken by another process; pass a free port"
+            ) from None
+
+
 def _answers(url: str, headers: dict[str, str] | None = None) -> bool:
     import urllib.request
 
@@ -154,6 +175,10 @@ def up(
     running = load()
     if running is not None:
         return running, True
+    uri = paths.tracking_uri()
+    _check_free(host, dashboard_port, "--dashboard-port")
+    if uri.startswith("sqlite:///"):
+        _check_free(host, mlflow_port, "--mlflow-port")
     bindir = Path(sys.executable).parent
     token = _token(service_dir() / "auth_token")
     env = {
@@ -196,7 +221,6 @@ def up(
         temp_dir=temp,
         started=time.time(),
     )
-    uri = paths.tracking_uri()
     if uri.startswith("sqlite:///"):  # the embedded store: serve its UI too
         paths.ensure_local_dirs(uri)
         mlflow_cmd = [
@@ -270,7 +294,10 @@ def down(wait_s: float = 30.0) -> list[str]:
     started = ("ray", "mlflow", "zygote")
     for name, pid in ((n, raw.get(f"{n}_pid")) for n in started):
         if _alive(pid):
-            _stop_group(int(pid), wait_s)
+            # Ray's head: once its raylet has stopped the workers (~10 s after SIGTERM), what
+            # is left (GCS, `ray start`'s monitor) holds nothing of ours but took 22 s more to
+            # exit; Ray's own `ray stop` kills it after 16 s as well.
+            _stop_group(int(pid), wait_s, until_gone="raylet" if name == "ray" else None)
             stopped.append(name)
     _record().unlink(missing_ok=True)
     import shutil
@@ -279,7 +306,30 @@ def down(wait_s: float = 30.0) -> list[str]:
     return stopped
 
 
-def _stop_group(pid: int, wait_s: float) -> None:
+def _group(pgid: int) -> list[str] | None:
+    """The names of the live (not zombie) processes in group `pgid`; None without /proc.
+    `killpg(pgid, 0)` cannot say this: it also finds zombies that only their parent can reap."""
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return None
+    names = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited meanwhile
+        name, rest = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :]
+        fields = rest.split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            names.append(name)
+    return names
+
+
+def _stop_group(pid: int, wait_s: float, until_gone: str | None = None) -> None:
+    """SIGTERM the group, then SIGKILL what is left after `wait_s`, or as soon as no process
+    named `until_gone` is left in it."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
@@ -287,10 +337,21 @@ def _stop_group(pid: int, wait_s: float) -> None:
             return
         deadline = time.monotonic() + (wait_s if sig == signal.SIGTERM else 5)
         while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            # A leader that is our own child (`up` stopping what it just started) stays in its
+            # group as a zombie until reaped: without this, every such stop waited 30 + 5 s.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            members = _group(pid)
+            if members is None:  # no /proc: the group's existence is all we can see
+                try:
+                    os.killpg(pid, 0)
+                    members = ["?"]
+                except ProcessLookupError:
+                    members = []
+            if not members:
                 return
+            if sig == signal.SIGTERM and until_gone and until_gone not in members:
+                break
             time.sleep(0.2)
 
 

@@ -85,33 +85,101 @@ def svc(tmp_path_factory):
         subprocess.run([*SWEEPS, "down"], env=env, capture_output=True, timeout=120)
 
 
-def test_up_on_a_taken_port_says_why_in_one_line(tmp_path):
-    """Ray's head cannot bind the dashboard port (another service has it): `up` says so as soon
-    as `ray start` exits, instead of waiting out its timeout, and leaves nothing running."""
+def _up_with_ports(home: Path, dashboard_port: int, mlflow_port: int):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "SWEEPS_"))}
+    env["SWEEPS_HOME"] = str(home)
+    return subprocess.run(
+        [*SWEEPS, "up", "--dashboard-port", str(dashboard_port), "--mlflow-port", str(mlflow_port)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_up_on_a_taken_dashboard_port_refuses_before_starting_anything(tmp_path):
+    """Another process listens on the dashboard port: `up` names the flag and the address in one
+    line, exit 2, and starts nothing."""
     import socket
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "SWEEPS_"))}
-    env["SWEEPS_HOME"] = str(tmp_path)
     before = _pids_matching("sweeps-ray-")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        r = subprocess.run(
-            [*SWEEPS, "up", "--dashboard-port", str(port), "--mlflow-port", str(free_port())],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    assert r.returncode == 1, r.stderr[-2000:]
+        r = _up_with_ports(tmp_path, port, free_port())
+    assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Ray exited" in lines[0], r.stderr[-2000:]
-    assert f"127.0.0.1:{port}" in lines[0] and "occupied" in lines[0], lines[0]
+    assert len(lines) == 1 and "--dashboard-port" in lines[0], r.stderr[-2000:]
+    assert f"127.0.0.1:{port} is taken" in lines[0], lines[0]
     assert not (tmp_path / "service" / "service.json").exists(), "nothing recorded as running"
-    time.sleep(2)
-    assert _pids_matching(str(tmp_path)) == set(), "its MLflow server was stopped"
-    assert _pids_matching("sweeps-ray-") <= before, "what Ray had started was stopped"
+    assert not (tmp_path / "service" / "ray.log").exists(), "Ray's head was never started"
+    assert _pids_matching(str(tmp_path)) == set()
+    assert _pids_matching("sweeps-ray-") <= before
+
+
+def test_up_does_not_take_another_mlflow_on_its_port_for_its_own(tmp_path):
+    """A server already answering /health on the MLflow port (a colleague's MLflow UI) would pass
+    `up`'s readiness check for ours: `up` refuses the port instead."""
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        port = other.server_address[1]
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+        r = _up_with_ports(tmp_path, free_port(), port)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--mlflow-port" in lines[0], r.stderr[-2000:]
+    assert f"127.0.0.1:{port} is taken" in lines[0], lines[0]
+    assert not (tmp_path / "service" / "service.json").exists()
+    assert not (tmp_path / "service" / "mlflow.log").exists(), "no MLflow server was started"
+
+
+def test_a_service_part_that_exits_at_start_is_reported_at_once_and_the_rest_stopped(
+    tmp_path, monkeypatch
+):
+    """Ray's head exits while MLflow runs: `up` quotes the error from Ray's log as soon as the
+    process is gone (not at the 180 s timeout) and stops MLflow's process group."""
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
+    d = service.service_dir()
+    err = "ValueError: Failed to bind to 127.0.0.1:1, the port is occupied"
+    ray_pid = service._spawn(["sh", "-c", f"echo '{err}'; exit 1"], d / "ray.log", dict(os.environ))
+    mlflow_pid = service._spawn(["sleep", "300"], d / "mlflow.log", dict(os.environ))
+    info = service.ServiceInfo(
+        host="127.0.0.1",
+        ray_pid=ray_pid,
+        ray_address="127.0.0.1:1",
+        dashboard_url=f"http://127.0.0.1:{free_port()}",
+        token_path=service._token(d / "auth_token"),
+        temp_dir=str(tmp_path / "ray-temp"),
+        mlflow_pid=mlflow_pid,
+        mlflow_url=f"http://127.0.0.1:{free_port()}",
+    )
+    service._record().write_text(json.dumps(service.asdict(info)))
+    t0 = time.monotonic()
+    with pytest.raises(service.ServiceError) as e:
+        service._wait_ready(info, wait_s=120)
+    # Not at the 120 s timeout, nor after waiting out MLflow's unreaped zombie (35 s, before).
+    assert time.monotonic() - t0 < 20, "reported when Ray exited, MLflow stopped at once"
+    msg = str(e.value)
+    assert "Ray exited" in msg and "the port is occupied" in msg and "ray.log" in msg, msg
+    assert not service._alive(mlflow_pid), "MLflow's group was stopped"
+    assert not service._record().exists()
 
 
 def _pids_matching(text: str) -> set[str]:
@@ -320,10 +388,19 @@ def test_zz_down_stops_what_up_started_and_nothing_else(svc):
     r = svc.cli("down")
     assert "ray" in r.stdout
     time.sleep(2)
-    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    alive = [p for p in pids if _running(p)]
     assert not alive, f"still running: {alive}"
     left = subprocess.run(["pgrep", "-f", svc.info["ray_address"]], capture_output=True, text=True)
     assert not left.stdout.strip(), f"Ray processes of the service still run: {left.stdout}"
+
+
+def _running(pid: int) -> bool:
+    """Exists and is no zombie (this machine's PID 1 reaps orphans about once a second)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
 def _service_pids(home: Path) -> list[int]:
