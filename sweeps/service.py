@@ -14,8 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps import paths
+from sweeps import daemons, paths
 from sweeps.errors import ServiceError, SpecError, one_line
 
 
@@ -49,25 +47,6 @@ def _record() -> Path:
     return service_dir() / "service.json"
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:  # our own child that exited is a zombie until reaped: kill(pid, 0) still finds it
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return False
-    except ChildProcessError:
-        pass  # not ours (a later command reading the record)
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _why(log: Path) -> str:
     """The error a failed `ray start` or `mlflow server` left at the end of its log."""
     try:
@@ -86,7 +65,7 @@ def load() -> ServiceInfo | None:
         info = ServiceInfo(**json.loads(_record().read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return info if _alive(info.ray_pid) else None
+    return info if daemons.alive(info.ray_pid) else None
 
 
 def auth_env(token_path: str) -> dict[str, str]:
@@ -103,35 +82,6 @@ def _token(path: Path) -> str:
             f.write(secrets.token_hex(32))
     os.chmod(path, 0o600)
     return str(path)
-
-
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _check_free(host: str, port: int, flag: str) -> None:
-    """Refuse a port another process listens on, before anything starts. Without this, a taken
-    dashboard port was found only once Ray's head had started and exited, and a taken MLflow
-    port that answered /health (a colleague's MLflow UI) passed for ours."""
-    import errno
-    import socket
-
-    with socket.socket() as s:
-        # Reuse-address: a port in TIME_WAIT after the last `down` is free; a listener is not.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as err:
-            if err.errno != errno.EADDRINUSE:
-                # Not an address of this machine, or a name that does not resolve.
-                raise SpecError(f"--host: cannot bind {host}:{port} ({err.strerror})") from None
-            raise SpecError(
-                f"{flag}: {host}:{port} is taken by another process; pass a free port"
-            ) from None
 
 
 def _answers(url: str, headers: dict[str, str] | None = None) -> bool:
@@ -155,16 +105,6 @@ def wait_http(url: str, timeout: float, headers: dict[str, str] | None = None) -
     return False
 
 
-def _spawn(cmd: list[str], log: Path, env: dict[str, str]) -> int:
-    """A child in its own session, so `down` can stop it and everything it started."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    return proc.pid
-
-
 def up(
     host: str = "127.0.0.1",
     dashboard_port: int = 8265,
@@ -176,9 +116,9 @@ def up(
     if running is not None:
         return running, True
     uri = paths.tracking_uri()
-    _check_free(host, dashboard_port, "--dashboard-port")
+    daemons.check_port_free(host, dashboard_port, "--dashboard-port")
     if uri.startswith("sqlite:///"):
-        _check_free(host, mlflow_port, "--mlflow-port")
+        daemons.check_port_free(host, mlflow_port, "--mlflow-port")
     bindir = Path(sys.executable).parent
     token = _token(service_dir() / "auth_token")
     env = {
@@ -189,7 +129,7 @@ def up(
     env.pop("RAY_ADDRESS", None)
     # Unix socket paths are short: the session folder lives under /tmp, named for this home.
     temp = f"/tmp/sweeps-ray-{abs(hash(str(paths.home()))) % 10**8}"
-    gcs_port = _free_port(host)
+    gcs_port = daemons.free_port(host)
     ray_cmd = [
         str(bindir / "ray"),
         "start",
@@ -208,13 +148,13 @@ def up(
         # Its own, not Ray's fixed 52365: with another Ray on the machine (a test session, a
         # colleague's), the job agent could not bind it and every submit got "No available agent".
         "--dashboard-agent-listen-port",
-        str(_free_port(host)),
+        str(daemons.free_port(host)),
         "--temp-dir",
         temp,
     ]
     info = ServiceInfo(
         host=host,
-        ray_pid=_spawn(ray_cmd, service_dir() / "ray.log", env),
+        ray_pid=daemons.spawn(ray_cmd, service_dir() / "ray.log", env),
         ray_address=f"{host}:{gcs_port}",
         dashboard_url=f"http://{host}:{dashboard_port}",
         token_path=token,
@@ -239,11 +179,11 @@ def up(
         ]
         # One worker, no GenAI job runner: a UI for one user, not a serving fleet.
         mlflow_env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        info.mlflow_pid = _spawn(mlflow_cmd, service_dir() / "mlflow.log", mlflow_env)
+        info.mlflow_pid = daemons.spawn(mlflow_cmd, service_dir() / "mlflow.log", mlflow_env)
         info.mlflow_url = f"http://{host}:{mlflow_port}"
     # Drivers of sweeps submitted here start as forks of a process with their imports done.
     zygote_cmd = [sys.executable, "-m", "sweeps.zygote", str(paths.zygote_socket())]
-    info.zygote_pid = _spawn(zygote_cmd, service_dir() / "zygote.log", env)
+    info.zygote_pid = daemons.spawn(zygote_cmd, service_dir() / "zygote.log", env)
     _record().write_text(json.dumps(asdict(info), indent=1))
     _wait_ready(info, wait_s)
     return info, False
@@ -267,7 +207,8 @@ def _wait_ready(info: ServiceInfo, wait_s: float) -> None:
             (ray_ok, info.ray_pid, "Ray", "ray.log"),
             (mlflow_ok, info.mlflow_pid, "MLflow", "mlflow.log"),
         ):
-            if not ok and pid and not _alive(pid):  # it exited: say why now, not at the timeout
+            # It exited: say why now, not at the timeout.
+            if not ok and pid and not daemons.alive(pid):
                 down()
                 why = _why(service_dir() / log)
                 raise ServiceError(
@@ -293,66 +234,17 @@ def down(wait_s: float = 30.0) -> list[str]:
     stopped = []
     started = ("ray", "mlflow", "zygote")
     for name, pid in ((n, raw.get(f"{n}_pid")) for n in started):
-        if _alive(pid):
+        if daemons.alive(pid):
             # Ray's head: once its raylet has stopped the workers (~10 s after SIGTERM), what
             # is left (GCS, `ray start`'s monitor) holds nothing of ours but took 22 s more to
             # exit; Ray's own `ray stop` kills it after 16 s as well.
-            _stop_group(int(pid), wait_s, until_gone="raylet" if name == "ray" else None)
+            daemons.stop_group(int(pid), wait_s, until_gone="raylet" if name == "ray" else None)
             stopped.append(name)
     _record().unlink(missing_ok=True)
     import shutil
 
     shutil.rmtree(raw.get("temp_dir") or "/nonexistent", ignore_errors=True)
     return stopped
-
-
-def _group(pgid: int) -> list[str] | None:
-    """The names of the live (not zombie) processes in group `pgid`; None without /proc.
-    `killpg(pgid, 0)` cannot say this: it also finds zombies that only their parent can reap."""
-    try:
-        pids = [d for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return None
-    names = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # it exited meanwhile
-        name, rest = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :]
-        fields = rest.split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            names.append(name)
-    return names
-
-
-def _stop_group(pid: int, wait_s: float, until_gone: str | None = None) -> None:
-    """SIGTERM the group, then SIGKILL what is left after `wait_s`, or as soon as no process
-    named `until_gone` is left in it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + (wait_s if sig == signal.SIGTERM else 5)
-        while time.monotonic() < deadline:
-            # A leader that is our own child (`up` stopping what it just started) stays in its
-            # group as a zombie until reaped: without this, every such stop waited 30 + 5 s.
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            members = _group(pid)
-            if members is None:  # no /proc: the group's existence is all we can see
-                try:
-                    os.killpg(pid, 0)
-                    members = ["?"]
-                except ProcessLookupError:
-                    members = []
-            if not members:
-                return
-            if sig == signal.SIGTERM and until_gone and until_gone not in members:
-                break
-            time.sleep(0.2)
 
 
 def resolve(address: str | None) -> tuple[str, dict[str, str]]:

@@ -23,7 +23,7 @@ from conftest import BYO, ROOT
 from mlflow.tracking import MlflowClient
 from services import free_port, up_args
 
-from sweeps import api, service
+from sweeps import api, daemons, service
 
 SWEEPS = [sys.executable, "-m", "sweeps.cli"]
 pytestmark = pytest.mark.timeout(900)
@@ -158,8 +158,8 @@ def test_a_service_part_that_exits_at_start_is_reported_at_once_and_the_rest_sto
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
     d = service.service_dir()
     err = "ValueError: Failed to bind to 127.0.0.1:1, the port is occupied"
-    ray_pid = service._spawn(["sh", "-c", f"echo '{err}'; exit 1"], d / "ray.log", dict(os.environ))
-    mlflow_pid = service._spawn(["sleep", "300"], d / "mlflow.log", dict(os.environ))
+    ray_pid = daemons.spawn(["sh", "-c", f"echo '{err}'; exit 1"], d / "ray.log", dict(os.environ))
+    mlflow_pid = daemons.spawn(["sleep", "300"], d / "mlflow.log", dict(os.environ))
     info = service.ServiceInfo(
         host="127.0.0.1",
         ray_pid=ray_pid,
@@ -178,7 +178,7 @@ def test_a_service_part_that_exits_at_start_is_reported_at_once_and_the_rest_sto
     assert time.monotonic() - t0 < 20, "reported when Ray exited, MLflow stopped at once"
     msg = str(e.value)
     assert "Ray exited" in msg and "the port is occupied" in msg and "ray.log" in msg, msg
-    assert not service._alive(mlflow_pid), "MLflow's group was stopped"
+    assert not daemons.alive(mlflow_pid), "MLflow's group was stopped"
     assert not service._record().exists()
 
 
