@@ -31,9 +31,8 @@ def test_trials_over_two_lanes_run_once_with_their_own_params_and_fresh_weights(
     assert out.state == "finished"
     made = sorted(c for a, c in raytrain.actor_classes().items() if a not in before)
     # Each lane's Ray Train controller ran inside the lane host, not as an actor of its own,
-    # with no placement-group cleaner (the host made the placement group) and no dataset
-    # manager (a lane has no Ray Datasets).
-    # No autoscaling coordinator either: no autoscaler reads its requests on this Ray.
+    # with no placement-group cleaner (the host made the placement group), no dataset manager
+    # (a lane has no Ray Datasets) and no autoscaling coordinator (no autoscaler on this Ray).
     helpers = (
         "TrainController",
         "PlacementGroupCleaner",

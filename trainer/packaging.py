@@ -16,6 +16,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import tarfile
 import tempfile
 import time
@@ -90,13 +91,17 @@ def template_in_child(
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 if os.waitstatus_to_exitcode(status) == 0:
-                    _TEMPLATES[key] = os.path.join(work, "model")
+                    _TEMPLATES[key] = _folder(work)
                 return
             time.sleep(0.01)
-        os.kill(pid, 9)  # stuck: this process writes it instead
+        os.kill(pid, signal.SIGKILL)  # stuck: this process writes it instead
         os.waitpid(pid, 0)
 
     return join
+
+
+def _folder(work: str) -> str:
+    return os.path.join(work, "model")
 
 
 def _write_template(work: str, num_classes: int, example: np.ndarray, meta: dict) -> str:
@@ -106,7 +111,7 @@ def _write_template(work: str, num_classes: int, example: np.ndarray, meta: dict
     open(weights, "wb").close()
     with open(arch, "w") as f:
         json.dump({}, f)
-    path = os.path.join(work, "model")
+    path = _folder(work)
     mlflow.pyfunc.save_model(
         path,
         python_model=os.path.join(HERE, "mlflow_model.py"),

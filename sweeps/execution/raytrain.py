@@ -64,11 +64,11 @@ def in_process_trainer_class() -> type:
             return [c for c in callbacks if not isinstance(c, unused)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+            import asyncio
+
             policy = controller_init_kwargs["scaling_policy"]
             if os.environ.get(NO_AUTOSCALER_ENV) == "1" and type(policy) is FixedScalingPolicy:
                 controller_init_kwargs["scaling_policy"] = NoAutoscalerPolicy(policy.scaling_config)
-            import asyncio
-
             controller = TrainController(**controller_init_kwargs)
             asyncio.run(controller.run())
             return controller.get_result()
