@@ -26,11 +26,19 @@ def alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
+    stat = _stat(pid)
+    return stat is None or stat[1][0] != "Z"
+
+
+def _stat(pid: int | str) -> tuple[str, list[str]] | None:
+    """/proc/PID/stat: the name, and the fields after it (state, parent, group, ...); None if
+    unreadable."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
 
 
 def free_port(host: str) -> int:
@@ -82,15 +90,9 @@ def group_members(pgid: int) -> list[str] | None:
         return None
     names = []
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # it exited meanwhile
-        name, rest = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :]
-        fields = rest.split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            names.append(name)
+        stat = _stat(pid)  # None: it exited meanwhile
+        if stat and len(stat[1]) > 2 and stat[1][2] == str(pgid) and stat[1][0] != "Z":
+            names.append(stat[0])
     return names
 
 

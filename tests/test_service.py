@@ -388,19 +388,10 @@ def test_zz_down_stops_what_up_started_and_nothing_else(svc):
     r = svc.cli("down")
     assert "ray" in r.stdout
     time.sleep(2)
-    alive = [p for p in pids if _running(p)]
+    alive = [p for p in pids if daemons.alive(p)]  # a zombie, not yet reaped by PID 1, is not
     assert not alive, f"still running: {alive}"
     left = subprocess.run(["pgrep", "-f", svc.info["ray_address"]], capture_output=True, text=True)
     assert not left.stdout.strip(), f"Ray processes of the service still run: {left.stdout}"
-
-
-def _running(pid: int) -> bool:
-    """Exists and is no zombie (this machine's PID 1 reaps orphans about once a second)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
 def _service_pids(home: Path) -> list[int]:
