@@ -4,6 +4,7 @@ pyproject pins (the range the adapters were tested on)."""
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from importlib.metadata import version
@@ -140,3 +141,63 @@ def test_ray_train_private_names_used_by_the_lane_trainer_exist():
     assert callable(TrainController.get_result)
     for name in ("after_controller_start", "_maybe_send_resource_request"):
         assert callable(getattr(FixedScalingPolicy, name, None)), f"FixedScalingPolicy.{name}"
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_lanes_in_one_host_keep_the_hosts_logging_and_name_their_records(tmp_path, monkeypatch):
+    """Ray Train's controller ran dictConfig as it was made. With two lanes starting together in
+    one host, one lane's dictConfig (holding logging's module lock) waited for a file handler's
+    lock, held by the other lane opening that handler's file for its first record (which waits
+    for the module lock): both lanes hung, and a CI sweep waited 600 s for its first trial.
+    The host now sets the logger up once; a lane's controller must leave it as it is."""
+    import json
+    import logging
+    import threading
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.constants import ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR
+    from ray.train.v2._internal.execution.controller import TrainController
+    from ray.train.v2._internal.execution.failure_handling import create_failure_policy
+    from ray.train.v2._internal.execution.scaling_policy import create_scaling_policy
+    from ray.train.v2._internal.util import ObjectRefWrapper
+
+    log = logging.getLogger("ray.train")
+    saved = (log.handlers[:], log.level, log.propagate)
+    monkeypatch.setenv(ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR, "1")  # restored after
+    try:
+        raytrain.configure_host_logging()  # what the lane host does as it is made
+        ours = log.handlers[:]
+        paths = [h.get_log_file_path() for h in ours if hasattr(h, "get_log_file_path")]
+        assert len(paths) == 2 and all(os.path.exists(p) for p in paths), "opened up front"
+
+        def start_lane(name: str) -> None:  # what fit() does first, in a lane's thread
+            raytrain.LANE_NAME.set(name)
+            trainer = TorchTrainer(
+                lambda: None,
+                scaling_config=ScalingConfig(num_workers=1),
+                run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+            )
+            TrainController(
+                train_fn_ref=ObjectRefWrapper(lambda: None),
+                train_run_context=trainer.train_run_context,
+                scaling_policy=create_scaling_policy(trainer.scaling_config),
+                failure_policy=create_failure_policy(trainer.run_config.failure_config),
+            )
+
+        lanes = [threading.Thread(target=start_lane, args=(f"lane{i}",)) for i in range(2)]
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in lanes), "a lane's controller never got made"
+        assert log.handlers == ours, "a lane's controller set the host's logger up again"
+        sys_log = next(p for p in paths if "-sys-" in p)
+        with open(sys_log) as f:
+            names = {json.loads(line).get("run_name") for line in f}
+        assert {"lane0", "lane1"} <= names, names  # each record names its own lane
+    finally:
+        for h in log.handlers:
+            if h not in saved[0]:
+                h.close()
+        log.handlers[:], log.level, log.propagate = saved

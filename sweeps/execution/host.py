@@ -14,6 +14,7 @@ from typing import Any
 
 from sweeps.errors import one_line
 from sweeps.execution.lane import Lane, LaneConfig, LaneShape, make_trainer
+from sweeps.execution.raytrain import LANE_NAME, configure_host_logging
 
 
 class LaneHost:
@@ -28,9 +29,12 @@ class LaneHost:
         # thread: two threads importing one package cycle can see it half-initialized.
         import ray.train.torch  # noqa: F401
 
+        configure_host_logging()  # once: per lane, two lanes starting together deadlocked
+
     def run_lane(self, lane_id: str, shape: LaneShape, conf: LaneConfig) -> str | None:
         """Run the lane's fit() to its end; returns None, or the error that ended it."""
         done = self.done.setdefault(lane_id, threading.Event())
+        LANE_NAME.set(lane_id)  # this thread's records name this lane in the host's log
         error = None
         try:
             make_trainer(Lane(lane_id, shape), conf, in_process_controller=True).fit()

@@ -22,7 +22,9 @@ is a process spawned while the lane's worker spawns:
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import logging
 import os
 from typing import Any
 
@@ -74,6 +76,76 @@ def in_process_trainer_class() -> type:
             return controller.get_result()
 
     return InProcessTorchTrainer
+
+
+# The lane whose controller emits a record, for the host's log files (set by the host's thread).
+LANE_NAME: contextvars.ContextVar[str] = contextvars.ContextVar("sweeps_lane", default="")
+
+
+class _LaneFilter(logging.Filter):
+    """Ray Train's per-run filter names one run for the whole process: in a host of several
+    lanes every record carried the name of the lane that started last."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_name = LANE_NAME.get()
+        record.component = "controller"
+        return True
+
+
+def configure_host_logging() -> None:
+    """Set up the `ray.train` logger once for a process that runs several controllers (the
+    lane host), and keep each controller from setting it up again.
+
+    Each `TrainController` calls `logging.config.dictConfig` as it is made. Two lanes starting
+    together in one host deadlocked on it: one lane's dictConfig holds logging's module lock and
+    waits for the lock of a file handler, which the other lane holds while that handler opens
+    its file for its first record (and registering the new handler takes the module lock). Both
+    lanes hung before a worker started: a 4-trial sweep in CI waited 600 s for its first trial,
+    its host's controller log one empty file. Call it before any lane runs, on one thread."""
+    import logging.config
+
+    import ray
+    from ray._common.filters import CoreContextFilter
+    from ray._common.formatters import JSONFormatter
+    from ray._private.log import PlainRayHandler
+    from ray.train.v2._internal.constants import ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR
+    from ray.train.v2._internal.logging.logging import SessionFileHandler, TrainLogLevelFilter
+
+    os.environ[ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR] = "0"
+    worker = ray.get_runtime_context().get_worker_id()
+
+    def log_file(kind: str, *filters: str) -> dict[str, Any]:
+        name = f"ray-train-{kind}-controller-{worker}.log"  # Ray Train's own names
+        return {"()": SessionFileHandler, "filename": name, "formatter": "json",
+                "filters": ["core", "lane", *filters]}  # fmt: skip
+
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"json": {"()": JSONFormatter}},
+            "filters": {
+                "core": {"()": CoreContextFilter},
+                "lane": {"()": _LaneFilter},
+                "level": {"()": TrainLogLevelFilter, "log_level": "INFO"},
+            },
+            "handlers": {
+                "sys": log_file("sys"),
+                "app": log_file("app", "level"),
+                "console": {"()": PlainRayHandler, "filters": ["level"]},
+            },
+            "loggers": {
+                "ray.train": {
+                    "level": "DEBUG",
+                    "handlers": ["sys", "app", "console"],
+                    "propagate": False,
+                }
+            },
+        }
+    )
+    for handler in logging.getLogger("ray.train").handlers:
+        if isinstance(handler, SessionFileHandler):
+            handler.get_log_file_path()  # opens it now: no record opens it under its lock
 
 
 def actor_classes() -> dict[str, str]:
