@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sweeps.execution.raytrain import NO_AUTOSCALER_ENV
+
 # Real services on loopback (PostgreSQL, mlflow server, GCS emulator) as fixtures.
 pytest_plugins = ["services"]
 
@@ -20,7 +22,7 @@ def ray_cluster():
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     # No autoscaler reads Ray Train's resource requests here, as on a Ray `ensure_ray` starts.
-    os.environ.setdefault("SWEEPS_NO_AUTOSCALER", "1")
+    os.environ.setdefault(NO_AUTOSCALER_ENV, "1")
     # 4 logical CPUs on a 2-core machine: two 2-worker lanes fit; the work itself is tiny.
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
