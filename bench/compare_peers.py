@@ -201,7 +201,7 @@ def run_sweeps(n: int, mode: str) -> dict:
     doc = api.show(name)
     import optuna
 
-    from sweeps.timeline import breakdown, steady_state
+    from sweeps.common.timeline import breakdown, steady_state
 
     study = optuna.load_study(study_name=name, storage=out.storage_url)
     train = sum(t.user_attrs.get("train_seconds", 0.0) for t in study.trials)
@@ -242,7 +242,7 @@ def main() -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     import ray
 
-    from sweeps.cluster import ensure_ray
+    from sweeps.execution.cluster import ensure_ray
 
     t0 = time.perf_counter()
     ensure_ray()  # Ray as `sweeps run` starts it, for every way (Ray Tune's runs included)

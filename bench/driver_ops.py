@@ -1,11 +1,11 @@
 """The Optuna work the driver does for each trial, two ways side by side in one run, on SQLite.
 
 Per trial: ask (claimed by a `sweeps.driver` attr), sample four params, write the four attrs of
-a trial's end, tell. "Optuna's API": `study.ask()`, `set_user_attr`, Optuna's upsert attr by attr
-(one transaction), `study.tell`. "Adapter": `sweeps.study.ask` (no scan of WAITING trials when
-there are none; the claim in the trial's template) and `set_trial_attrs` (one upsert statement).
-The two studies grow side by side and the ways alternate trial by trial, so a busy machine
-slows both alike.
+a trial's end, tell. "Optuna's API": `study.ask()`, `set_user_attr`, Optuna's upsert attr by
+attr (one transaction), `study.tell`. "Adapter": `sweeps.search.study.ask` (no scan of WAITING
+trials when there are none; the claim in the trial's template) and `set_trial_attrs` (one upsert
+statement). The two studies grow side by side and the ways alternate trial by trial, so a busy
+machine slows both alike.
 
     .venv/bin/python bench/driver_ops.py [--trials 1000] [--out bench/RESULTS.md]
 """
@@ -37,7 +37,7 @@ def optuna_api(study: Any) -> None:
     from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
 
-    from sweeps import study as st
+    from sweeps.search import study as st
 
     trial = study.ask()
     trial.set_user_attr("sweeps.driver", "bench")
@@ -52,7 +52,7 @@ def optuna_api(study: Any) -> None:
 
 
 def adapter(study: Any) -> None:
-    from sweeps import study as st
+    from sweeps.search import study as st
 
     trial = st.ask(study, {"sweeps.driver": "bench"})
     _params(trial)
@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     import optuna
 
-    from sweeps import study as st
+    from sweeps.search import study as st
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder = tempfile.mkdtemp(prefix="sweeps-driver-ops-")

@@ -107,7 +107,7 @@ def main() -> None:
     os.environ["SWEEPS_HOME"] = tempfile.mkdtemp(prefix="sweeps-mem-")
     import ray
 
-    from sweeps.cluster import ensure_ray
+    from sweeps.execution.cluster import ensure_ray
 
     ensure_ray()  # the Ray `sweeps run` starts (and its settings), shared by both sweeps
     r10, r100 = lane_rss(args.lane_trials)

@@ -1,13 +1,13 @@
-"""Search efficiency on digits: epochs trained until some trial reaches val accuracy 0.97,
-TPE + successive-halving pruning vs random search without pruning; median over 5 seeds.
+"""Search efficiency on digits: epochs trained until some trial reaches val accuracy 0.97, TPE +
+successive-halving pruning vs random search without pruning; median over 5 seeds.
 
     .venv/bin/python bench/search_efficiency.py [--out bench/RESULTS.md] [--seeds 5]
     .venv/bin/python bench/search_efficiency.py --seeds 20 --section search_efficiency_20 ...
 
 The samplers, pruners and the (conditional) search space are the ones sweeps builds from a spec
-(sweeps.samplers, sweeps.space), driven by an in-process ask/tell loop so the measure is the
-search itself, not the cluster. Each trial trains at most MAX_EPOCHS; the count stops at the
-first epoch of any trial that reaches the target.
+(sweeps.search.samplers, sweeps.search.space), driven by an in-process ask/tell loop so the
+measure is the search itself, not the cluster. Each trial trains at most MAX_EPOCHS; the count
+stops at the first epoch of any trial that reaches the target.
 
 Two spaces are measured side by side, because the answer depends on how much there is to search:
 
@@ -19,7 +19,7 @@ Two spaces are measured side by side, because the answer depends on how much the
   random search (same seed); little is left for any search strategy to win there.
 
 The headline ratio is the broad space's; the narrow one is printed for honesty. Because the
-broad space is conditional, sweeps runs TPE with `group=True` (sweeps.samplers.tpe_options).
+broad space is conditional, sweeps runs TPE with `group=True` (sweeps.search.samplers.tpe_options).
 Seeds run in parallel processes, one thread each; each (space, search, seed) is deterministic.
 """
 
@@ -83,8 +83,8 @@ def epochs_to_target(space: str, search: str, seed: int) -> int:
     import torch
     import torch.nn.functional as F  # noqa: N812
 
-    from sweeps import space as sp
-    from sweeps.samplers import make_pruner, make_sampler
+    from sweeps.search import space as sp
+    from sweeps.search.samplers import make_pruner, make_sampler
     from trainer.data import load_dataset
     from trainer.loop import make_optimizer
     from trainer.models import build_model

@@ -96,7 +96,7 @@ def main() -> None:
     _, events6 = sweep(args.epochs, 6)
     spans = trial_spans(events6)
     first, steady = spans[0], statistics.median(spans[1:])
-    from sweeps.timeline import breakdown
+    from sweeps.common.timeline import breakdown
 
     med = statistics.median
     lines = [

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402, N812
 
-from sweeps import runtime  # noqa: E402
+from sweeps.worker import runtime  # noqa: E402
 from trainer import loop  # noqa: E402
 from trainer.models import build_model  # noqa: E402
 

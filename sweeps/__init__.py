@@ -8,8 +8,8 @@ Kept import-light: nothing heavy loads until a function is called.
 
 from typing import Any
 
-from sweeps.runtime import TrialPruned, context, get_checkpoint, report
-from sweeps.userlog import log, log_artifact, log_figure
+from sweeps.worker.runtime import TrialPruned, context, get_checkpoint, report
+from sweeps.worker.userlog import log, log_artifact, log_figure
 
 __all__ = [
     "TrialPruned",
@@ -24,10 +24,10 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def run(spec: Any, *, train: Any = None, **kw: Any) -> Any:
-    """Run a sweep from Python: `spec` is a Spec, a dict or a YAML path; `train`, a function
-    to sweep instead of the spec's trainer (Ray ships it to the workers). Returns a
-    `sweeps.notebook.SweepResult` (`.best`, `.trials_dataframe()`)."""
-    from sweeps.notebook import run as _run
+def __getattr__(name: str) -> Any:
+    """`sweeps.run(spec, train=fn)` is `sweeps.notebook.sweep`, imported on first use."""
+    if name == "run":
+        from sweeps.notebook import sweep
 
-    return _run(spec, train=train, **kw)
+        return sweep
+    raise AttributeError(f"module 'sweeps' has no attribute {name!r}")

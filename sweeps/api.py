@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeps import paths
-from sweeps.callbacks import DriverCallback, SweepOutcome
-from sweeps.errors import SpecError
+from sweeps.common import paths
+from sweeps.common.errors import SpecError
+from sweeps.contracts import names
+from sweeps.contracts.observers import SweepObserver
+from sweeps.contracts.records import SweepOutcome
 from sweeps.queries import compare, describe, logs, ls, show
 from sweeps.spec import Spec, load_spec
 
@@ -30,8 +32,8 @@ def validate(spec_path: str | Path, overrides: list[str] | None = None) -> Spec:
 def validate_spec(spec: Spec) -> None:
     """Checks that need more than the schema: condition cycles, optimizer options, price table
     (including a spot price for `resources.preemptible`)."""
-    from sweeps import space
-    from sweeps.samplers import make_pruner, make_sampler
+    from sweeps.search import space
+    from sweeps.search.samplers import make_pruner, make_sampler
 
     space.order(spec.search_space)
     _check_entrypoint(spec)
@@ -81,7 +83,7 @@ def _check_entrypoint(spec: Spec) -> None:
 def run(
     spec: Spec,
     *,
-    callbacks: list[DriverCallback] | None = None,
+    callbacks: list[SweepObserver] | None = None,
     local_mode: bool = False,
     enqueue: list[dict[str, Any]] | None = None,
     install_signals: bool = True,
@@ -89,7 +91,7 @@ def run(
 ) -> SweepOutcome:
     """Run (or continue, or join) the sweep; returns its :class:`SweepOutcome`.
     `from_process_start`: the sweep's timeline counts from this process's start (the CLI)."""
-    from sweeps.runner import run_sweep
+    from sweeps.driver.assemble import run_sweep
 
     return run_sweep(
         spec,
@@ -104,25 +106,25 @@ def run(
 def stop(name: str, storage_url: str | None = None) -> str:
     """Ask a running driver (any machine sharing the storage) to stop launching trials.
     Returns the sweep's state: a sweep that is not running is left alone."""
-    from sweeps.study import load_study
+    from sweeps.search.study import load_study
 
     study = load_study(name, paths.storage_url(storage_url))
     state = describe(study)["state"]
     if state in ("running", "queued"):
-        study.set_user_attr("sweeps.stop_requested", time.time())
+        study.set_user_attr(names.STOP_REQUESTED, time.time())
     return state
 
 
 def up(**kw: Any) -> dict[str, Any]:
-    """Start the local sweep service (`sweeps.service.up`); returns its URLs."""
-    from sweeps import service
+    """Start the local sweep service (`sweeps.service.local.up`); returns its URLs."""
+    from sweeps.service import local as service
 
     info, already = service.up(**kw)
     return service.urls(info) | {"already": already}
 
 
 def down() -> list[str]:
-    from sweeps import service
+    from sweeps.service import local as service
 
     return service.down()
 
@@ -159,12 +161,12 @@ def resume(name: str, storage_url: str | None = None, **kw: Any) -> Any:
     Trials the dead driver left RUNNING are failed, re-queued with the same params and their
     MLflow runs closed as KILLED (the driver does that on start for any stale trial).
     """
+    from sweeps.search.study import load_study
     from sweeps.spec import spec_from_dict
-    from sweeps.study import load_study
 
     url = paths.storage_url(storage_url)
     study = load_study(name, url)
-    text = study.user_attrs.get("sweeps.spec")
+    text = study.user_attrs.get(names.SPEC)
     if not text:
         raise SpecError(f"sweep '{name}' has no stored spec; run it again with `sweeps run SPEC`")
     import yaml
@@ -191,7 +193,7 @@ def report(
     tracking_uri: str | None = None,
 ) -> dict[str, str]:
     """Write the learning log (Markdown + HTML with plots) and return the paths."""
-    from sweeps.study import load_study
+    from sweeps.search.study import load_study
     from tracking.report import write_report
 
     s, t = _uris(name, storage_url, tracking_uri)
@@ -208,15 +210,15 @@ def note(
     """Append a problem/solution note to the sweep's (or a trial's) MLflow run; returns run id."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.errors import NotFoundError
-    from sweeps.study import load_study, run_id_of
+    from sweeps.common.errors import NotFoundError
+    from sweeps.search.study import load_study, run_id_of
     from tracking.mlflow_compat import check_reachable
     from tracking.report import NOTE_TAG
 
     s, t = _uris(name, storage_url, tracking_uri)
     study = load_study(name, s)
     if trial is None:
-        run_id = study.user_attrs.get("sweeps.mlflow_parent_run_id")
+        run_id = study.user_attrs.get(names.MLFLOW_PARENT_RUN_ID)
     else:
         match = [tr for tr in study.get_trials(deepcopy=False) if tr.number == trial]
         if not match:
@@ -247,8 +249,8 @@ def promote(
     tracking_uri: str | None = None,
 ) -> dict[str, Any]:
     """Register the sweep's best (or chosen) trial's model; move `alias` per the gate."""
-    from sweeps.select import pick_trial
-    from sweeps.study import load_study
+    from sweeps.search.select import pick_trial
+    from sweeps.search.study import load_study
     from tracking.registry import promote as _promote
 
     s, t = _uris(sweep, storage_url, tracking_uri)

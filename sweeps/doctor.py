@@ -10,8 +10,8 @@ import socket
 import time
 from typing import Any
 
-from sweeps.errors import one_line
-from sweeps.redact import mask_url
+from sweeps.common.errors import one_line
+from sweeps.common.redact import mask_url
 
 
 def _row(service: str, url: str, fn: Any) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def _row(service: str, url: str, fn: Any) -> dict[str, Any]:
 def check_storage(url: str) -> tuple[bool, str]:
     import sqlalchemy
 
-    from sweeps.study import open_storage
+    from sweeps.search.study import open_storage
 
     if url.startswith("postgresql"):
         host, port = _host_port(url, 5432)

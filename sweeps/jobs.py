@@ -27,8 +27,10 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sweeps import paths, service
-from sweeps.errors import NotFoundError
+from sweeps.common import paths
+from sweeps.common.errors import NotFoundError
+from sweeps.contracts import names
+from sweeps.service import local as service
 
 if TYPE_CHECKING:  # not imported at run time: the job's supervisor starts the driver sooner
     from sweeps.spec import Spec
@@ -103,7 +105,7 @@ def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
     work = _working_dir(spec, env)
     runtime_env: dict[str, Any] = {"working_dir": work}
     if not local:  # a cluster that may not have sweeps installed: ours travel with the job
-        from sweeps.cluster import our_packages
+        from sweeps.execution.cluster import our_packages
 
         runtime_env["py_modules"] = our_packages()
     undo = _record_submission(spec, env, job_id, url)  # before: the driver may start at once
@@ -114,7 +116,7 @@ def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
                 entrypoint=f"python -m sweeps.jobs {SPEC_FILE}",
                 submission_id=job_id,
                 runtime_env=runtime_env,
-                metadata={"sweeps.name": spec.name},
+                metadata={names.JOB_NAME: spec.name},
             )
     except BaseException:
         undo()
@@ -138,7 +140,7 @@ def _submit_here(
             client,
             entrypoint=f"python -m sweeps.jobs --dir {shlex.quote(work)} {SPEC_FILE}",
             submission_id=job_id,
-            metadata={"sweeps.name": spec.name},
+            metadata={names.JOB_NAME: spec.name},
         )
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -180,18 +182,18 @@ def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -
         return lambda: None  # the cluster's own store: `show` works there, not from here
     import optuna
 
-    from sweeps.study import open_study
+    from sweeps.search.study import open_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created" is ours to say
     study = open_study(spec, storage)
-    keys = ("sweeps.state", "sweeps.job_id", "sweeps.submitted", "sweeps.job_address")
+    keys = (names.STATE, names.JOB_ID, names.SUBMITTED, names.JOB_ADDRESS)
     before = {k: study.user_attrs.get(k) for k in keys}
     created = not study.trials and not any(before.values())
-    study.set_user_attr("sweeps.submitted", time.time())
-    study.set_user_attr("sweeps.job_id", job_id)
-    study.set_user_attr("sweeps.job_address", url)
-    if before["sweeps.state"] != "running":
-        study.set_user_attr("sweeps.state", "queued")
+    study.set_user_attr(names.SUBMITTED, time.time())
+    study.set_user_attr(names.JOB_ID, job_id)
+    study.set_user_attr(names.JOB_ADDRESS, url)
+    if before[names.STATE] != "running":
+        study.set_user_attr(names.STATE, "queued")
 
     def undo() -> None:
         if created:  # a submission that failed leaves no `queued` sweep behind
@@ -205,13 +207,13 @@ def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -
 
 def _job_of(name: str, storage_url: str | None, address: str | None) -> tuple[str, str, Any]:
     """(job id, Jobs API URL, study) of a submitted sweep."""
-    from sweeps.study import load_study
+    from sweeps.search.study import load_study
 
     study = load_study(name, paths.storage_url(storage_url))
-    job_id = study.user_attrs.get("sweeps.job_id")
+    job_id = study.user_attrs.get(names.JOB_ID)
     if not job_id:
         raise NotFoundError(f"sweep '{name}' was not submitted as a job (run with `sweeps run`)")
-    return job_id, address or study.user_attrs.get("sweeps.job_address") or "", study
+    return job_id, address or study.user_attrs.get(names.JOB_ADDRESS) or "", study
 
 
 def driver_logs(
@@ -244,16 +246,16 @@ def cancel(
 ) -> str:
     """End the sweep now: its driver cancels running trials (FAIL, runs KILLED), then the job
     is stopped; whatever a dead driver left RUNNING is closed here. Returns the final state."""
-    from sweeps import liveness
-    from sweeps import study as st
     from sweeps.queries import describe
+    from sweeps.search import liveness
+    from sweeps.search import study as st
 
     url = paths.storage_url(storage_url)
     job_id = address_used = None
     with contextlib.suppress(NotFoundError):
         job_id, address_used, _ = _job_of(name, storage_url, address)
     study = st.load_study(name, url)
-    study.set_user_attr("sweeps.cancel_requested", time.time())
+    study.set_user_attr(names.CANCEL_REQUESTED, time.time())
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and liveness.live_drivers(study):
         time.sleep(0.5)
@@ -262,8 +264,8 @@ def cancel(
             client.stop_job(job_id)
     _close_leftovers(study, url)
     if describe(study)["state"] in ("running", "interrupted", "queued"):
-        study.set_user_attr("sweeps.state", "cancelled")
-        study.set_user_attr("sweeps.stop_reason", "cancelled (sweeps cancel)")
+        study.set_user_attr(names.STATE, "cancelled")
+        study.set_user_attr(names.STOP_REASON, "cancelled (sweeps cancel)")
     return describe(study)["state"]
 
 
@@ -272,7 +274,7 @@ def _close_leftovers(study: Any, storage_url: str) -> None:
     sweep is cancelled), their MLflow runs KILLED."""
     import optuna
 
-    from sweeps import study as st
+    from sweeps.search import study as st
 
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     runs = []
@@ -285,7 +287,7 @@ def _close_leftovers(study: Any, storage_url: str) -> None:
 
         client = MlflowClient(paths.tracking_uri())
         for run_id in runs:
-            client.set_tag(run_id, "sweeps.state", "KILLED")
+            client.set_tag(run_id, names.STATE, "KILLED")
             client.set_terminated(run_id, status="KILLED")
 
 
@@ -299,10 +301,10 @@ def _load_env() -> None:
 
 
 def _drive(spec_path: str) -> int:
-    from sweeps.quietlogs import quiet
-    from sweeps.runner import run_sweep
+    from sweeps.common.quietlogs import quiet
+    from sweeps.driver.assemble import run_sweep
+    from sweeps.driver.summary import counts_text
     from sweeps.spec import load_spec
-    from sweeps.summary import counts_text
 
     quiet()  # the driver's log (`sweeps logs --driver`) shows the sweep, as a terminal would
     spec = load_spec(spec_path)
@@ -316,12 +318,12 @@ def _start_driver(spec_path: str, here: bool) -> Any:
     """The driver: forked by the local service's zygote (its imports done) for a job submitted
     on this machine (`here`: the zygote's code is the submitter's), else a fresh process.
     Either answers `send_signal` and `wait` as a `subprocess.Popen` does."""
-    from sweeps import zygote
+    from sweeps.service import zygote
 
     argv = ["--drive", spec_path]
     sock = paths.zygote_socket()
-    forked = zygote.spawn(str(sock), "sweeps.jobs", argv) if here and sock.exists() else None
-    return forked or subprocess.Popen([sys.executable, "-m", "sweeps.jobs", *argv])
+    forked = zygote.spawn(str(sock), names.JOBS_MODULE, argv) if here and sock.exists() else None
+    return forked or subprocess.Popen([sys.executable, "-m", names.JOBS_MODULE, *argv])
 
 
 def _supervise(spec_path: str, here: bool = False) -> int:
@@ -345,7 +347,7 @@ def _supervise(spec_path: str, here: bool = False) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    os.environ["SWEEPS_JOB"] = "1"  # the driver's code came with the job (sweeps.cluster)
+    os.environ["SWEEPS_JOB"] = "1"  # the driver's code came with the job (sweeps.execution.cluster)
     here = None
     if args[:1] == ["--dir"]:  # a job folder on this disk (`_submit_here`), not Ray's upload
         here = args[1]

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps.callbacks import SweepOutcome
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
+from sweeps.contracts import names
+from sweeps.contracts.records import SweepOutcome
 from sweeps.spec import Spec, load_spec, spec_from_dict
 
 # The entrypoint a spec gets when its trainer is a function handed to `run`.
-CALLABLE = "sweeps.notebook:train_function"
+CALLABLE = names.NOTEBOOK_ENTRYPOINT
 
 
 def train_function(config: dict[str, Any]) -> Any:  # pragma: no cover - never called
@@ -88,11 +89,13 @@ def _spec(spec: Any) -> Spec:
     raise SpecError(f"spec: a Spec, a dict or a YAML path, not {type(spec).__name__}")
 
 
-def run(spec: Any, *, train: Any = None, **kw: Any) -> SweepResult:
-    """Run the sweep (see `sweeps.run`); `kw` as for `sweeps.api.run`."""
+def sweep(spec: Any, *, train: Any = None, **kw: Any) -> SweepResult:
+    """`sweeps.run`: run a sweep from Python. `spec` is a Spec, a dict or a YAML path; `train`,
+    a function to sweep instead of the spec's trainer (Ray ships it to the workers); `kw` as
+    for `sweeps.api.run`. Returns a `SweepResult` (`.best`, `.trials_dataframe()`)."""
     with _quiet():
         from sweeps.api import validate_spec
-        from sweeps.runner import run_sweep
+        from sweeps.driver.assemble import run_sweep
 
         s = _spec(spec)
         function = None
@@ -113,7 +116,7 @@ def _quiet() -> Iterator[None]:
     import logging
     import warnings
 
-    from sweeps.quietlogs import quiet_ray, verbose
+    from sweeps.common.quietlogs import quiet_ray, verbose
 
     if verbose():
         yield

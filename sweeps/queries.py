@@ -10,21 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweeps import paths
-from sweeps.errors import NotFoundError
-from sweeps.study import run_id_of
+from sweeps.common import paths
+from sweeps.common.errors import NotFoundError
+from sweeps.contracts import names
+from sweeps.search.study import run_id_of
 
 
 def sweep_state(attrs: dict[str, Any], running_trials: bool, live: bool) -> str:
     """Pure: the state a sweep is in, from its study's attrs and whether a driver beats."""
     if live:
         return "running"
-    stored = attrs.get("sweeps.state")
+    stored = attrs.get(names.STATE)
     if stored == "running" or running_trials:
         return "interrupted"  # its driver died without recording how the sweep ended
     if stored:
         return str(stored)
-    if attrs.get("sweeps.submitted"):
+    if attrs.get(names.SUBMITTED):
         return "queued"
     return "finished"  # recorded before states were stored
 
@@ -42,9 +43,9 @@ def _trial_dict(t: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
         "mlflow_run_id": run_id_of(study_attrs, t),
         "duration_s": t.user_attrs.get("duration_s", dur),
         "cost_usd": t.user_attrs.get("cost_usd"),
-        "error": t.user_attrs.get("sweeps.error"),
-        "restarts": t.user_attrs.get("sweeps.restarts", 0),
-        "resumed_from_trial": t.user_attrs.get("sweeps.resumed_from_trial"),
+        "error": t.user_attrs.get(names.ERROR),
+        "restarts": t.user_attrs.get(names.RESTARTS, 0),
+        "resumed_from_trial": t.user_attrs.get(names.RESUMED_FROM_TRIAL),
     }
 
 
@@ -70,7 +71,7 @@ def _best(study: Any, trials: list[Any]) -> dict[str, Any] | None:
 def _wall(study: Any, trials: list[Any]) -> float:
     """Seconds the sweep's drivers ran (set-up included); first trial start to last end for
     sweeps recorded before drivers kept their wall time."""
-    stored = study.user_attrs.get("sweeps.wall_s")
+    stored = study.user_attrs.get(names.WALL_S)
     if isinstance(stored, int | float):
         return float(stored)
     starts = [t.datetime_start for t in trials if t.datetime_start]
@@ -80,20 +81,20 @@ def _wall(study: Any, trials: list[Any]) -> float:
 
 def describe(study: Any) -> dict[str, Any]:
     """One study as the `show --json` document."""
-    from sweeps.liveness import live_drivers
+    from sweeps.search.liveness import live_drivers
 
     trials = study.get_trials(deepcopy=False)
     attrs = study.user_attrs
     running = any(t.state.name == "RUNNING" for t in trials)
     trial_s = sum(float(t.user_attrs.get("duration_s") or 0.0) for t in trials)
     state = sweep_state(attrs, running, bool(live_drivers(study)))
-    if state == "queued" and attrs.get("sweeps.job_id"):
+    if state == "queued" and attrs.get(names.JOB_ID):
         state = _queued_job_state(attrs)
     return {
         "name": study.study_name,
         "state": state,
-        "stop_reason": attrs.get("sweeps.stop_reason"),
-        "objective": attrs.get("sweeps.objective"),
+        "stop_reason": attrs.get(names.STOP_REASON),
+        "objective": attrs.get(names.OBJECTIVE),
         "direction": study.directions[0].name.lower(),
         "best": _best(study, trials),
         "counts": _counts(trials),
@@ -101,17 +102,17 @@ def describe(study: Any) -> dict[str, Any]:
         "wall_s": round(_wall(study, trials), 1),
         "trial_s": round(trial_s, 1),
         "trials": [_trial_dict(t, attrs) for t in trials],
-        "mlflow_experiment_id": attrs.get("sweeps.mlflow_experiment_id"),
-        "parent_run_id": attrs.get("sweeps.mlflow_parent_run_id"),
-        "job_id": attrs.get("sweeps.job_id"),
+        "mlflow_experiment_id": attrs.get(names.MLFLOW_EXPERIMENT_ID),
+        "parent_run_id": attrs.get(names.MLFLOW_PARENT_RUN_ID),
+        "job_id": attrs.get(names.JOB_ID),
     }
 
 
 def _queued_job_state(attrs: dict[str, Any]) -> str:
     """A submitted sweep whose driver has not started: still queued, or did its job end?"""
-    from sweeps.service import job_status
+    from sweeps.service.local import job_status
 
-    status = job_status(attrs["sweeps.job_id"], attrs.get("sweeps.job_address") or None)
+    status = job_status(attrs[names.JOB_ID], attrs.get(names.JOB_ADDRESS) or None)
     return {"FAILED": "failed", "STOPPED": "cancelled", "SUCCEEDED": "finished"}.get(
         status or "", "queued"
     )
@@ -119,7 +120,7 @@ def _queued_job_state(attrs: dict[str, Any]) -> str:
 
 def show(name: str, storage_url: str | None = None) -> dict[str, Any]:
     """One sweep as a JSON-ready document (the `sweeps show --json` schema)."""
-    from sweeps.study import load_study
+    from sweeps.search.study import load_study
 
     return describe(load_study(name, paths.storage_url(storage_url)))
 
@@ -128,7 +129,7 @@ def ls(storage_url: str | None = None) -> list[dict[str, Any]]:
     """Every sweep in the storage with state, trials by state, best value, cost and wall time."""
     import optuna
 
-    from sweeps.study import open_storage
+    from sweeps.search.study import open_storage
 
     url = paths.storage_url(storage_url)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
@@ -169,8 +170,8 @@ def logs(
     tracking_uri: str | None = None,
 ) -> tuple[int, str]:
     """A trial's captured worker output (the last trial if none is named)."""
-    from sweeps.study import load_study
-    from sweeps.trial_logs import live_log_path
+    from sweeps.driver.trial_logs import live_log_path
+    from sweeps.search.study import load_study
 
     study = load_study(name, paths.storage_url(storage_url))
     trials = study.get_trials(deepcopy=False)

@@ -11,11 +11,8 @@ from typing import Any
 import optuna
 from conftest import make_spec
 
-from sweeps.callbacks import CallbackManager, TrialEnd
-from sweeps.driver import Driver
-from sweeps.execution.lane import Lane, LaneShape
-from sweeps.execution.pool import LanePool, RecyclePolicy, StartPolicy
-from sweeps.protocol import (
+from sweeps.contracts.observers import ObserverManager
+from sweeps.contracts.protocol import (
     Assignment,
     Decision,
     Finished,
@@ -26,7 +23,11 @@ from sweeps.protocol import (
     next_key,
     step_key,
 )
-from sweeps.study import open_study
+from sweeps.contracts.records import TrialEnd
+from sweeps.driver.loop import Driver
+from sweeps.execution.lane import Lane, LaneShape
+from sweeps.execution.pool import LanePool, RecyclePolicy, StartPolicy
+from sweeps.search.study import open_study
 
 
 class Clock:
@@ -158,7 +159,7 @@ class Harness:
             channel=self.channel,
             pool=pool,
             tracker=self.tracker,
-            observers=CallbackManager(observers or []),
+            observers=ObserverManager(observers or []),
             storage_url="memory",
             install_signals=False,
             clock=self.clock,

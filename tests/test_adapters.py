@@ -13,8 +13,8 @@ import optuna
 import pytest
 from conftest import ROOT, make_spec
 
-from sweeps import study as st
 from sweeps.execution import raytrain
+from sweeps.search import study as st
 from tracking import mlflow_compat
 
 

@@ -10,14 +10,14 @@ import sys
 import pytest
 from conftest import ROOT
 
-from sweeps.aiplatform import (
+from sweeps.common.errors import SpecError
+from sweeps.importers.aiplatform import (
     apply_gcloud_flags,
     load_config,
     package_root,
     sweep_name,
     to_spec,
 )
-from sweeps.errors import SpecError
 from sweeps.spec import spec_from_dict
 
 PKG = ROOT / "examples" / "aiplatform_trainer"
@@ -109,8 +109,8 @@ def test_missing_hypertune_names_the_extra(monkeypatch):
 
     from typer.testing import CliRunner
 
-    from sweeps import program, runtime
     from sweeps.cli import app
+    from sweeps.worker import program, runtime
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -142,7 +142,7 @@ def test_missing_hypertune_names_the_extra(monkeypatch):
     )
     try:
         with pytest.raises(program.ProgramError, match=r"sweeps\[aiplatform\]"):
-            program.run(settings, {})
+            program.run_script(settings, {})
     finally:
         runtime._set_context(None)
 

@@ -86,7 +86,7 @@ def test_a_seed004_job_writes_its_model_and_metrics_json(home):
     # Promote registers the trial's files; predict says plainly they are not a loadable model.
     p = api.promote("seed004", "seed004-model")
     assert p["version"] == "1"
-    from sweeps.errors import NotFoundError
+    from sweeps.common.errors import NotFoundError
 
     npy = home / "x.npy"
     import numpy as np

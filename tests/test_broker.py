@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 
-from sweeps.errors import ProtocolError
-from sweeps.execution.broker import Broker
-from sweeps.protocol import (
+from sweeps.common.errors import ProtocolError
+from sweeps.contracts.protocol import (
     Assignment,
     Decision,
     Failed,
@@ -21,6 +20,7 @@ from sweeps.protocol import (
     next_key,
     step_key,
 )
+from sweeps.execution.broker import Broker
 
 
 def run(coro):

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from sweeps import collectors, runtime
-from sweeps.errors import SpecError
-from sweeps.program import _Reporter
-from sweeps.protocol import Decision
+from sweeps.common.errors import SpecError
+from sweeps.contracts.protocol import Decision
 from sweeps.spec import spec_from_dict
 from sweeps.spec.command import check_command, expand, missing_files
+from sweeps.worker import collectors, runtime
+from sweeps.worker.program import _Reporter
 
 
 def test_stdout_default_is_katibs_name_value_format():

@@ -9,7 +9,7 @@ import pytest
 from conftest import make_spec
 from typer.testing import CliRunner
 
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
 from tracking.costs import (
     Machine,
     check_spec_prices,

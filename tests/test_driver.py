@@ -11,10 +11,9 @@ import time
 import pytest
 from driver_fakes import Harness
 
-from sweeps import study as st
-from sweeps.callbacks import DriverCallback
-from sweeps.errors import ProtocolError
-from sweeps.protocol import (
+from sweeps.common.errors import ProtocolError
+from sweeps.contracts.observers import SweepObserver
+from sweeps.contracts.protocol import (
     Assignment,
     Checkpointed,
     Decision,
@@ -26,7 +25,8 @@ from sweeps.protocol import (
     TrialResult,
     next_key,
 )
-from sweeps.trial_attrs import PendingAttrs
+from sweeps.search import study as st
+from sweeps.search.trial_attrs import PendingAttrs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,11 +99,11 @@ def test_an_end_that_overtakes_its_last_report_waits_for_it():
     order an async actor's calls: a trial's end can reach the driver before its last report.
     The end waits for it (a told trial is read-only), and one whose report never comes ends
     after LATE_S."""
-    assert _started(pruner={"name": "median"}).next_of_first_lane().trainer["prunes"] is True
+    assert _started(pruner={"name": "median"}).next_of_first_lane().trainer.prunes is True
     h = _started(pruner={"name": "none"})
     (lane,) = h.lanes
     a = h.next(lane)
-    assert a.trainer["prunes"] is False, "the workers need not wait for an answer"
+    assert a.trainer.prunes is False, "the workers need not wait for an answer"
     h.report(a, lane, 1, val_accuracy=0.5)
     ended = TrialResult(state="complete", metrics={"val_accuracy": 0.7}, steps=2)
     h.channel.push(Finished(lane.lane_id, a.seq, ended))
@@ -318,7 +318,7 @@ def test_a_lane_that_dies_starting_makes_room_for_the_one_waiting():
     h = _started(cpus=2, budget={"trials": 5, "parallel": 2})
     (first,) = h.lanes
     h.end_lane(first, RuntimeError("no workers"))
-    second, replacement = h.lanes[1], h.driver.pool.lanes[max(h.driver.pool.lanes)]
+    second, replacement = h.lanes[1], h.driver.pool.newest()
     assert second.launched and not replacement.launched, "in order, one start at a time"
     h.clock.t += 10
     assert isinstance(h.next(second), Assignment)
@@ -562,7 +562,7 @@ def test_an_exhausted_grid_ends_the_search():
 
 
 def test_a_failing_observer_does_not_stop_the_sweep():
-    class Broken(DriverCallback):
+    class Broken(SweepObserver):
         def on_trial_end(self, ctx, t, end):
             raise RuntimeError("display gone")
 

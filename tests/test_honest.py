@@ -188,8 +188,8 @@ def test_progress_starts_from_the_studys_totals():
     """Item 3, the unit: a bar over a study with 3 finished trials starts at 3."""
     from rich.console import Console
 
-    from sweeps.callbacks import SweepContext
-    from sweeps.progress import RichProgress
+    from sweeps.cli.progress import RichProgress
+    from sweeps.contracts.records import SweepContext
     from sweeps.spec import spec_from_dict
 
     spec = spec_from_dict(

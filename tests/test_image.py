@@ -9,8 +9,10 @@ import optuna
 import pytest
 from conftest import make_spec
 
-from sweeps import api, cluster
-from sweeps.errors import ServiceError, SpecError
+from sweeps import api
+from sweeps.common.errors import ServiceError, SpecError
+from sweeps.execution import cluster
+from sweeps.execution.lane import LaneShape
 from sweeps.spec import spec_from_dict
 
 
@@ -20,9 +22,10 @@ def test_an_image_goes_to_the_workers_runtime_env_and_keys_its_lanes(tmp_path):
     assert lane["image_uri"] == "reg/train:1"
     # Ray takes image_uri with env_vars only: no working dir, no host path on PYTHONPATH.
     assert set(lane) == {"image_uri", "env_vars"} and "PYTHONPATH" not in lane["env_vars"]
-    plain = cluster.lane_key(make_spec(), str(tmp_path))
-    one = cluster.lane_key(spec, str(tmp_path))
-    other = cluster.lane_key(make_spec(resources={"image": "reg/train:2"}), str(tmp_path))
+    shape = LaneShape.of(1, 1, 0)
+    plain = cluster.lane_key(make_spec(), shape, str(tmp_path))
+    one = cluster.lane_key(spec, shape, str(tmp_path))
+    other = cluster.lane_key(make_spec(resources={"image": "reg/train:2"}), shape, str(tmp_path))
     assert len({plain, one, other}) == 3, "a warm lane runs only the image it was started in"
 
 

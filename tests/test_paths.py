@@ -7,7 +7,7 @@ import time
 import pytest
 from conftest import make_spec
 
-from sweeps import paths
+from sweeps.common import paths
 
 ECOSYSTEM = ("SWEEPS_STORAGE", "OPTUNA_STORAGE", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME")
 
@@ -54,7 +54,7 @@ def test_sweep_experiment_defaults_to_mlflow_experiment_name(clean_env, tmp_path
     """A real MLflow SQLite store: the sweep's parent run lands in $MLFLOW_EXPERIMENT_NAME."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.callbacks import SweepContext
+    from sweeps.contracts.records import SweepContext
     from tracking.tracker import MLflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -17,8 +17,8 @@ import psutil
 import pytest
 from conftest import ROOT
 
-from sweeps import program, runtime
 from sweeps.spec import spec_from_dict
+from sweeps.worker import program, runtime
 
 ANY = ROOT / "examples" / "any_script"
 SEED4 = ROOT / "examples" / "seed004"
@@ -311,7 +311,7 @@ def test_hypertune_metrics_are_reported_at_their_global_step(monkeypatch):
 
 PARENT = """
 import os, sys, time
-from sweeps.procgroup import Script
+from sweeps.worker.procgroup import Script
 s = Script([sys.executable, "-c", "import time; time.sleep(120)"], ".", dict(os.environ), False)
 print(s.proc.pid, flush=True)
 time.sleep(120)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from sweeps import api
 from sweeps.cli import app
-from sweeps.quietlogs import DriverLogFilter
-from sweeps.summary import counts_text
+from sweeps.common.quietlogs import DriverLogFilter
+from sweeps.driver.summary import counts_text
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = (

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sweeps import api
 from sweeps.cli import app
-from sweeps.errors import NotFoundError, SpecError
+from sweeps.common.errors import NotFoundError, SpecError
 from tracking.registry import decide
 
 

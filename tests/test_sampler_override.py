@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sweeps.errors import SpecError
-from sweeps.samplers import adapt_options, make_sampler
+from sweeps.common.errors import SpecError
+from sweeps.search.samplers import adapt_options, make_sampler
 from sweeps.spec import load_spec
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "conf" / "quickstart.yaml"
@@ -79,7 +79,7 @@ def test_cli_explicit_unknown_option_exits_2_for_validate_and_run():
 
 
 def test_switching_pruner_drops_options_the_new_one_does_not_take():
-    from sweeps.samplers import make_pruner
+    from sweeps.search.samplers import make_pruner
 
     spec = load_spec(QUICKSTART, ["pruner.name=none"])
     with pytest.raises(SpecError, match="pruner.options.n_startup_trials: unknown option"):

@@ -10,8 +10,9 @@ import pytest
 from conftest import byo, make_spec
 from mlflow.tracking import MlflowClient
 
-from sweeps import api, space
-from sweeps.samplers import make_pruner, make_sampler
+from sweeps import api
+from sweeps.search import space
+from sweeps.search.samplers import make_pruner, make_sampler
 from sweeps.spec import spec_from_dict
 
 COND = {
@@ -50,7 +51,7 @@ def test_every_sampler_honours_conditions_and_seeds(sampler):
 
 
 def test_tpe_models_a_conditional_space_in_groups():
-    from sweeps.samplers import tpe_options
+    from sweeps.search.samplers import tpe_options
 
     def spec(space: dict, **options) -> object:
         sampler = {"name": "tpe", "seed": 0, "options": options}

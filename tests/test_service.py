@@ -23,7 +23,9 @@ from conftest import BYO, ROOT
 from mlflow.tracking import MlflowClient
 from services import free_port, up_args
 
-from sweeps import api, daemons, service
+from sweeps import api
+from sweeps.service import daemons
+from sweeps.service import local as service
 
 SWEEPS = [sys.executable, "-m", "sweeps.cli"]
 pytestmark = pytest.mark.timeout(900)

@@ -10,8 +10,8 @@ import optuna
 import pytest
 from conftest import ROOT
 
-from sweeps import space
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
+from sweeps.search import space
 from sweeps.spec import load_spec, spec_from_dict
 
 CONF = ROOT / "conf"

@@ -10,8 +10,8 @@ import threading
 import pytest
 from conftest import make_spec
 
-from sweeps.errors import NotFoundError
-from sweeps.study import load_study, open_storage, open_study
+from sweeps.common.errors import NotFoundError
+from sweeps.search.study import load_study, open_storage, open_study
 
 
 def test_a_new_study_survives_concurrent_readers_and_creators(tmp_path):
@@ -56,7 +56,7 @@ def test_reading_a_sweep_never_creates_the_database(tmp_path):
 
 
 def test_only_trials_of_dead_drivers_are_stale(tmp_path, monkeypatch):
-    import sweeps.liveness as st
+    import sweeps.search.liveness as st
 
     study = open_study(make_spec(name="stale"), f"sqlite:///{tmp_path}/optuna.db")
     st.heartbeat(study, "alive")  # this process: alive

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from sweeps.timeline import Timeline, breakdown, steady_state
+from sweeps.common.timeline import Timeline, breakdown, steady_state
 
 
 def _ev(t: float, event: str, **d) -> dict:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from mlflow.tracking import MlflowClient
 
-from sweeps.callbacks import TrialEnd, TrialRecord
-from sweeps.protocol import TrialResult
+from sweeps.contracts.protocol import TrialResult
+from sweeps.contracts.records import TrialEnd, TrialRecord
 from tracking.tracker import MLflowTracker
 
 

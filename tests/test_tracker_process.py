@@ -17,9 +17,9 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 from test_tracker_batch import _assert_whole, _record, _sweep, _trial
 
-from sweeps import timeline
-from sweeps.callbacks import TrialEnd
-from sweeps.protocol import TrialResult
+from sweeps.common import timeline
+from sweeps.contracts.protocol import TrialResult
+from sweeps.contracts.records import TrialEnd
 from tracking.tracker import MLflowTracker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +135,8 @@ def test_the_parent_run_is_made_by_the_writer_process_and_mlflow_stays_out_of_th
         sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "tests")!r}]
         import time
         from conftest import make_spec
-        from sweeps.callbacks import SweepContext, TrialEnd, TrialRecord
-        from sweeps.protocol import TrialResult
+        from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
+        from sweeps.contracts.protocol import TrialResult
         from tracking.tracker import MLflowTracker
         tracker = MLflowTracker({uri!r}, process=True)
         ctx = SweepContext(make_spec(name="nested"), "nested", "sqlite://", time.time())

@@ -12,9 +12,9 @@ import yaml
 from conftest import ROOT
 
 from sweeps import api
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
+from sweeps.importers.wandb import to_spec
 from sweeps.spec import load_spec, spec_from_dict
-from sweeps.wandb import to_spec
 
 ANY = ROOT / "examples" / "any_script"
 

@@ -1,7 +1,7 @@
-"""The service's zygote (`sweeps.zygote`) for real: a process that has done a driver's imports
-forks drivers with the asking supervisor's stdio, cwd, env and arguments, hands back their exit
-code, and a driver whose supervisor is killed dies with it. No Ray cluster: the drivers here end
-on a bad spec, or wait on a Ray address nobody answers."""
+"""The service's zygote (`sweeps.service.zygote`) for real: a process that has done a driver's
+imports forks drivers with the asking supervisor's stdio, cwd, env and arguments, hands back
+their exit code, and a driver whose supervisor is killed dies with it. No Ray cluster: the
+drivers here end on a bad spec, or wait on a Ray address nobody answers."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 # the stdio it hands over are pipes this test reads.
 SUPERVISOR = """
 import sys
-from sweeps import zygote
+from sweeps.service import zygote
 child = zygote.spawn(sys.argv[1], "sweeps.jobs", sys.argv[2:])
 assert child is not None, "the zygote did not answer"
 print("PID", child.pid, flush=True)
@@ -35,7 +35,7 @@ def zygote(tmp_path):
     sock = tmp_path / "z.sock"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sweeps.zygote", str(sock)], env=env, start_new_session=True
+        [sys.executable, "-m", "sweeps.service.zygote", str(sock)], env=env, start_new_session=True
     )
     deadline = time.monotonic() + 60
     while not sock.exists():

@@ -1,6 +1,7 @@
 """A trial's MLflow writes waiting for the writer, one buffer per trial: whatever piles up while
-the writer is busy goes out in one log_batch (a tiny trial's record took five commits, now
-three). Shared by the driver's side, which adds, and the writer, which takes; hence the lock."""
+the writer is busy goes out in one log_batch (a tiny trial's record takes three commits rather
+than five). Shared by the driver's side, which adds, and the writer, which takes; hence the
+lock."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def _machine_names(spec: Spec) -> list[str]:
 def check_spec_prices(spec: Spec) -> None:
     """Every machine type the spec can use is in the price table, with a spot price when
     `resources.preemptible` is true; else a one-line SpecError naming the field."""
-    from sweeps.errors import SpecError
+    from sweeps.common.errors import SpecError
 
     for name in _machine_names(spec):
         try:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sweeps.errors import ServiceError, one_line
+from sweeps.common.errors import ServiceError, one_line
 
 MLFLOW_TESTED = ("3.17", "3.18")  # >= first, < second
 PARENT_RUN_TAG = "mlflow.parentRunId"

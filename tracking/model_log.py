@@ -17,10 +17,11 @@ from typing import Any
 
 import yaml
 
-from sweeps.protocol import TrialResult
+from sweeps.contracts import names
+from sweeps.contracts.protocol import TrialResult
 
 # How models are saved, as a tag on the LoggedModel and on registered versions.
-FORMAT_TAG = "sweeps.model_format"
+FORMAT_TAG = names.MODEL_FORMAT
 
 
 def log_package(

@@ -13,9 +13,11 @@ import threading
 import warnings
 from typing import Any
 
-from sweeps import timeline
-from sweeps.callbacks import DriverCallback, SweepContext, SweepSummary, Tracker
-from sweeps.errors import one_line
+from sweeps.common import timeline
+from sweeps.common.errors import one_line
+from sweeps.contracts import names
+from sweeps.contracts.observers import SweepObserver, Tracker
+from sweeps.contracts.records import SweepContext, SweepSummary
 
 PLOTS = ("optimization_history", "param_importances", "parallel_coordinate", "intermediate_values")
 
@@ -113,7 +115,7 @@ def warm_plotting() -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
-class PlotLogger(DriverCallback):
+class PlotLogger(SweepObserver):
     """At the sweep's end, its plots go to the parent run (`plots/`) through the tracker's
     ordered writer. A plotting problem is a note on the run, never a failed sweep."""
 
@@ -155,12 +157,12 @@ class PlotLogger(DriverCallback):
         self.tracker.log_artifacts(ctx.parent_run_id, paths, "plots", then_remove=out)
         if notes:
             self.tracker.set_tags(
-                ctx.parent_run_id, {"sweeps.plot_notes": one_line("; ".join(notes), 5000)}
+                ctx.parent_run_id, {names.PLOT_NOTES: one_line("; ".join(notes), 5000)}
             )
 
 
-class TimelineLogger(DriverCallback):
-    """The sweep's timeline (`sweeps.timeline`) as `timeline.json` on its parent run."""
+class TimelineLogger(SweepObserver):
+    """The sweep's timeline (`sweeps.common.timeline`) as `timeline.json` on its parent run."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.errors import NotFoundError, SpecError, one_line
+from sweeps.common.errors import NotFoundError, SpecError, one_line
+from sweeps.contracts import names
 
 
 def model_version_ref(ref: str) -> tuple[str, str | None, str | None] | None:
@@ -90,7 +91,7 @@ def _version_of(ref: str, tracking_uri: str) -> Any:
 def _scaling_of(mv: Any) -> dict[str, Any] | None:
     import json
 
-    text = mv.tags.get("sweeps.input_scaling") if mv is not None else None
+    text = mv.tags.get(names.INPUT_SCALING) if mv is not None else None
     return json.loads(text) if text else None
 
 

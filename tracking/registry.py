@@ -16,10 +16,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sweeps.errors import NotFoundError, ServiceError, SpecError, one_line
+from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
+from sweeps.contracts import names
 from tracking.model_log import FORMAT_TAG, OUTPUTS
-
-HISTORY_TAG = "sweeps.alias_history.{alias}"
 
 
 @dataclass
@@ -65,7 +64,7 @@ def decide(
 def _client(tracking_uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
-    from sweeps.paths import registry_uri
+    from sweeps.common.paths import registry_uri
     from tracking.mlflow_compat import check_reachable
 
     check_reachable(tracking_uri)
@@ -80,7 +79,7 @@ def _metric_value(run: Any, metric: str) -> float | None:
     for key in (metric, f"final_{metric}"):
         if key in m:
             return float(m[key])
-    if metric == run.data.tags.get("sweeps.objective_metric") and "objective" in m:
+    if metric == run.data.tags.get(names.OBJECTIVE_METRIC) and "objective" in m:
         return float(m["objective"])
     return None
 
@@ -98,41 +97,21 @@ def promote(
     """Register trial `t` of `study` (an Optuna study and one of its finished trials, chosen by
     the caller) as a new version of `model`, and move `alias` per the gate."""
     sweep = study.study_name
-    metric = metric or study.user_attrs.get("sweeps.objective") or "objective"
+    metric = metric or study.user_attrs.get(names.OBJECTIVE) or "objective"
     direction = study.directions[0].name.lower() if len(study.directions) == 1 else "maximize"
-    run_id = t.user_attrs.get("mlflow_run_id") or study.user_attrs.get(
-        f"sweeps.run_of_trial.{t.number}"
-    )
+    run_id = t.user_attrs.get("mlflow_run_id") or study.user_attrs.get(names.run_of_trial(t.number))
     if not run_id:
         raise NotFoundError(f"trial {t.number} of '{sweep}' has no MLflow run")
     client = _client(tracking_uri)
-    try:
-        run = client.get_run(run_id)
-    except Exception as e:
-        raise ServiceError(f"cannot read run {run_id}: {one_line(e, 200)}") from None
-    value = _metric_value(run, metric)
-    if value is None:
-        have = ", ".join(sorted(k for k in run.data.metrics if not k.startswith("final_")))
-        raise SpecError(f"--metric: '{metric}' was not recorded for trial {t.number} ({have})")
-    digest = run.data.tags.get("sweeps.dataset_digest")
+    run, value = _run_and_value(client, run_id, metric, t.number)
+    digest = run.data.tags.get(names.DATASET_DIGEST)
     logged = _logged_model(client, run)
     files = logged is None and _has_outputs(client, run_id)  # a program-mode trial's files
     if logged is None and not files:
-        why = run.data.tags.get("sweeps.model_error") or "its training code returned none"
+        why = run.data.tags.get(names.MODEL_ERROR) or "its training code returned none"
         raise NotFoundError(f"trial {t.number} of '{sweep}' has no logged model: {why}")
 
-    holder_version, holder_value, holder_digest = None, None, None
-    try:
-        mv = client.get_model_version_by_alias(model, alias)
-        holder_version = str(mv.version)
-        holder_value = (
-            float(mv.tags["sweeps.metric_value"]) if "sweeps.metric_value" in mv.tags else None
-        )
-        holder_digest = mv.tags.get("sweeps.dataset_digest")
-        if mv.tags.get("sweeps.metric") not in (None, metric):
-            holder_value = None if not if_better else holder_value
-    except Exception:
-        pass  # no registered model or no holder yet
+    holder_version, holder_value, holder_digest = _holder(client, model, alias, metric, if_better)
     move, reason = decide(value, holder_value, direction, holder_digest == digest, if_better)
     if holder_version is not None and holder_value is None and if_better:
         move, reason = False, f"kept: the holder (v{holder_version}) has no recorded {metric}"
@@ -142,39 +121,10 @@ def promote(
             move, reason = False, f"v{existing} already holds {alias}"
         reason = f"trial {t.number} already registered as v{existing}; {reason}"
 
-    tags = {
-        "sweeps.sweep": sweep,
-        "sweeps.trial": str(t.number),
-        "sweeps.metric": metric,
-        "sweeps.direction": direction,
-        "sweeps.metric_value": repr(value),
-        "sweeps.dataset_digest": digest or "",
-        "sweeps.params": json.dumps(t.params)[:4000],
-        "sweeps.cost_usd": str(t.user_attrs.get("cost_usd", "")),
-        "sweeps.run_id": run_id,
-    }
-    scaling = _input_scaling(run)
-    if scaling is not None:
-        tags["sweeps.input_scaling"] = json.dumps(scaling)
-    # How the model was saved: pickle means loading it runs its code; files are not loadable.
-    tags[FORMAT_TAG] = "files" if files else run.data.tags.get(FORMAT_TAG, "")
-    version = existing
-    try:
-        if existing is None:
-            version = _register(client, model, logged, run_id, tags)
-            client.set_registered_model_alias(model, "challenger", version)
-        if move:
-            client.set_registered_model_alias(model, alias, version)
-            _push_history(client, model, alias, holder_version)
-        if existing is None or move:  # a repeated promotion that changes nothing keeps the tag
-            client.set_model_version_tag(model, version, "sweeps.decision", reason)
-    except Exception as e:
-        if version is not None and existing is None:  # nothing half-registered
-            try:
-                client.delete_model_version(model, version)
-            except Exception:
-                pass
-        raise ServiceError(f"registry: {one_line(e, 300)}") from None
+    tags = _version_tags(run, run_id, t, sweep, metric, direction, value, digest, files)
+    version = _register_and_move(
+        client, model, alias, logged, run_id, tags, existing, move, holder_version, reason
+    )
     promo = Promotion(
         model=model,
         version=str(version),
@@ -191,10 +141,108 @@ def promote(
         dataset_digest=digest,
         existing=existing is not None,
     )
-    parent = study.user_attrs.get("sweeps.mlflow_parent_run_id")
+    parent = study.user_attrs.get(names.MLFLOW_PARENT_RUN_ID)
     if parent:
-        client.set_tag(parent, f"sweeps.promotion.{model}.v{version}", json.dumps(promo.to_dict()))
+        client.set_tag(parent, names.promotion(model, version), json.dumps(promo.to_dict()))
     return promo
+
+
+def _run_and_value(client: Any, run_id: str, metric: str, trial: int) -> tuple[Any, float]:
+    """The trial's MLflow run and its value of `metric`; an error says which metrics it has."""
+    try:
+        run = client.get_run(run_id)
+    except Exception as e:
+        raise ServiceError(f"cannot read run {run_id}: {one_line(e, 200)}") from None
+    value = _metric_value(run, metric)
+    if value is None:
+        have = ", ".join(sorted(k for k in run.data.metrics if not k.startswith("final_")))
+        raise SpecError(f"--metric: '{metric}' was not recorded for trial {trial} ({have})")
+    return run, value
+
+
+def _holder(
+    client: Any, model: str, alias: str, metric: str, if_better: bool
+) -> tuple[str | None, float | None, str | None]:
+    """The version holding `alias` now: (version, its value of `metric`, its dataset digest).
+
+    A value recorded for another metric is dropped unless `if_better` (the gate then compares
+    on it); all None when there is no registered model or no holder yet."""
+    holder_version, holder_value, holder_digest = None, None, None
+    try:
+        mv = client.get_model_version_by_alias(model, alias)
+        holder_version = str(mv.version)
+        holder_value = float(mv.tags[names.METRIC_VALUE]) if names.METRIC_VALUE in mv.tags else None
+        holder_digest = mv.tags.get(names.DATASET_DIGEST)
+        if mv.tags.get(names.METRIC) not in (None, metric):
+            holder_value = None if not if_better else holder_value
+    except Exception:
+        pass  # no registered model or no holder yet
+    return holder_version, holder_value, holder_digest
+
+
+def _version_tags(
+    run: Any,
+    run_id: str,
+    t: Any,
+    sweep: str,
+    metric: str,
+    direction: str,
+    value: float,
+    digest: str | None,
+    files: bool,
+) -> dict[str, str]:
+    """The tags a new version carries: where it came from, its gate value, how it was saved."""
+    tags = {
+        names.SWEEP: sweep,
+        names.TRIAL: str(t.number),
+        names.METRIC: metric,
+        names.DIRECTION: direction,
+        names.METRIC_VALUE: repr(value),
+        names.DATASET_DIGEST: digest or "",
+        names.PARAMS: json.dumps(t.params)[:4000],
+        names.COST_USD: str(t.user_attrs.get("cost_usd", "")),
+        names.RUN_ID: run_id,
+    }
+    scaling = _input_scaling(run)
+    if scaling is not None:
+        tags[names.INPUT_SCALING] = json.dumps(scaling)
+    # How the model was saved: pickle means loading it runs its code; files are not loadable.
+    tags[FORMAT_TAG] = "files" if files else run.data.tags.get(FORMAT_TAG, "")
+    return tags
+
+
+def _register_and_move(
+    client: Any,
+    model: str,
+    alias: str,
+    logged: Any,
+    run_id: str,
+    tags: dict[str, str],
+    existing: str | None,
+    move: bool,
+    holder_version: str | None,
+    reason: str,
+) -> str | None:
+    """Registers the trial (unless `existing`) as `challenger`, moves `alias` if `move`, and
+    records the decision; the version. A new version is deleted again if a step fails."""
+    version = existing
+    try:
+        if existing is None:
+            version = _register(client, model, logged, run_id, tags)
+            client.set_registered_model_alias(model, "challenger", version)
+        if move:
+            client.set_registered_model_alias(model, alias, version)
+            _push_history(client, model, alias, holder_version)
+        if existing is None or move:  # a repeated promotion that changes nothing keeps the tag
+            client.set_model_version_tag(model, version, names.DECISION, reason)
+    except Exception as e:
+        if version is not None and existing is None:  # nothing half-registered
+            try:
+                client.delete_model_version(model, version)
+            except Exception:
+                pass
+        raise ServiceError(f"registry: {one_line(e, 300)}") from None
+    return version
 
 
 def _has_outputs(client: Any, run_id: str) -> bool:
@@ -209,7 +257,7 @@ def _register(client: Any, model: str, logged: Any, run_id: str, tags: dict[str,
     try:
         client.get_registered_model(model)
     except Exception:
-        client.create_registered_model(model, tags={"sweeps.managed": "true"})
+        client.create_registered_model(model, tags={names.MANAGED: "true"})
     if logged is None:
         source = f"{client.get_run(run_id).info.artifact_uri}/{OUTPUTS}"
         mv = client.create_model_version(model, source, run_id=run_id, tags=tags)
@@ -267,7 +315,7 @@ def _wait_ready(client: Any, model: str, version: str, timeout: float = 60) -> N
 
 def _history(client: Any, model: str, alias: str) -> list[str]:
     tags = client.get_registered_model(model).tags
-    return json.loads(tags.get(HISTORY_TAG.format(alias=alias), "[]"))
+    return json.loads(tags.get(names.alias_history(alias), "[]"))
 
 
 def _push_history(client: Any, model: str, alias: str, previous: str | None) -> None:
@@ -275,7 +323,7 @@ def _push_history(client: Any, model: str, alias: str, previous: str | None) -> 
         return
     hist = _history(client, model, alias)
     hist.append(str(previous))
-    client.set_registered_model_tag(model, HISTORY_TAG.format(alias=alias), json.dumps(hist[-50:]))
+    client.set_registered_model_tag(model, names.alias_history(alias), json.dumps(hist[-50:]))
 
 
 def rollback(model: str, *, tracking_uri: str, alias: str = "champion") -> tuple[str, str]:
@@ -290,12 +338,12 @@ def rollback(model: str, *, tracking_uri: str, alias: str = "champion") -> tuple
         raise NotFoundError(f"model '{model}': alias '{alias}' has no earlier holder")
     previous = hist.pop()
     client.set_registered_model_alias(model, alias, previous)
-    client.set_registered_model_tag(model, HISTORY_TAG.format(alias=alias), json.dumps(hist))
+    client.set_registered_model_tag(model, names.alias_history(alias), json.dumps(hist))
     # Its own tag: each version's sweeps.decision (why it was promoted) stays as it was.
     when = time.strftime("%Y-%m-%d %H:%M:%S")
     note = f"{alias} rolled back to v{previous} from v{current} at {when}"
-    client.set_model_version_tag(model, previous, "sweeps.rollback", note)
-    client.set_model_version_tag(model, current, "sweeps.rollback", note)
+    client.set_model_version_tag(model, previous, names.ROLLBACK, note)
+    client.set_model_version_tag(model, current, names.ROLLBACK, note)
     return str(current), str(previous)
 
 
@@ -314,13 +362,13 @@ def versions(model: str, *, tracking_uri: str) -> list[dict[str, Any]]:
             {
                 "version": str(mv.version),
                 "aliases": sorted(aliases.get(str(mv.version), [])),
-                "metric": mv.tags.get("sweeps.metric"),
-                "value": mv.tags.get("sweeps.metric_value"),
-                "sweep": mv.tags.get("sweeps.sweep"),
-                "trial": mv.tags.get("sweeps.trial"),
-                "decision": mv.tags.get("sweeps.decision"),
-                "rollback": mv.tags.get("sweeps.rollback"),
-                "input_scaling": mv.tags.get("sweeps.input_scaling"),
+                "metric": mv.tags.get(names.METRIC),
+                "value": mv.tags.get(names.METRIC_VALUE),
+                "sweep": mv.tags.get(names.SWEEP),
+                "trial": mv.tags.get(names.TRIAL),
+                "decision": mv.tags.get(names.DECISION),
+                "rollback": mv.tags.get(names.ROLLBACK),
+                "input_scaling": mv.tags.get(names.INPUT_SCALING),
             }
         )
     return sorted(out, key=lambda r: int(r["version"]))

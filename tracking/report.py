@@ -12,6 +12,8 @@ import statistics
 import time
 from typing import Any
 
+from sweeps.contracts import names
+
 NOTE_TAG = "mlflow.note.content"
 
 
@@ -22,59 +24,11 @@ def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
     name = study.study_name
     attrs = study.user_attrs
     client = MlflowClient(tracking_uri)
-    parent_id = attrs.get("sweeps.mlflow_parent_run_id")
+    parent_id = attrs.get(names.MLFLOW_PARENT_RUN_ID)
     parent = client.get_run(parent_id) if parent_id else None
     trials = study.get_trials(deepcopy=False)
     maximize = study.directions[0].name == "MAXIMIZE"
-    rows = []
-    dataset: dict[str, Any] = {}
-    notes: list[dict[str, Any]] = []
-    resources: dict[str, Any] = {}
-    for t in trials:
-        row = {
-            "number": t.number,
-            "state": t.state.name,
-            "value": t.value if t.values else None,
-            "params": t.params,
-            "duration_s": t.user_attrs.get("duration_s"),
-            "cost_usd": t.user_attrs.get("cost_usd", 0.0),
-            "gpu_hours": t.user_attrs.get("gpu_hours", 0.0),
-            "error": t.user_attrs.get("sweeps.error"),
-            "restarts": t.user_attrs.get("sweeps.restarts", 0),
-            "run_id": t.user_attrs.get("mlflow_run_id")
-            or attrs.get(f"sweeps.run_of_trial.{t.number}"),
-        }
-        rows.append(row)
-        if row["run_id"]:
-            try:
-                run = client.get_run(row["run_id"])
-            except Exception:
-                continue
-            for inp in run.inputs.dataset_inputs if run.inputs else []:
-                ctx = next((tg.value for tg in inp.tags if tg.key == "mlflow.data.context"), "?")
-                src = json.loads(inp.dataset.source or "{}")
-                prof = json.loads(inp.dataset.profile or "{}")
-                dataset[ctx] = {
-                    "name": inp.dataset.name,
-                    "digest": inp.dataset.digest,
-                    "source": src.get("uri"),
-                    "rows": prof.get("num_rows"),
-                    "split_seed": src.get("split_seed"),
-                }
-            if not resources:
-                resources = {
-                    k.removeprefix("resources."): v
-                    for k, v in run.data.params.items()
-                    if k.startswith("resources.")
-                }
-            if run.data.tags.get(NOTE_TAG):
-                notes.append({"trial": t.number, "text": run.data.tags[NOTE_TAG]})
-            if run.data.tags.get("sweeps.problems"):
-                notes.append(
-                    {"trial": t.number, "text": run.data.tags["sweeps.problems"], "auto": True}
-                )
-        if row["error"]:
-            notes.append({"trial": t.number, "text": f"failed: {row['error']}", "auto": True})
+    rows, dataset, notes, resources = _gather_trials(client, trials, attrs)
     if parent is not None and parent.data.tags.get(NOTE_TAG):
         notes.insert(0, {"trial": None, "text": parent.data.tags[NOTE_TAG]})
     done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
@@ -87,13 +41,13 @@ def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
     durations = [r["duration_s"] for r in rows if r["duration_s"]]
     return {
         "name": name,
-        "objective": attrs.get("sweeps.objective"),
+        "objective": attrs.get(names.OBJECTIVE),
         "direction": "maximize" if maximize else "minimize",
-        "spec": attrs.get("sweeps.spec", ""),
+        "spec": attrs.get(names.SPEC, ""),
         "parent_params": dict(parent.data.params) if parent else {},
         "parent_run_id": parent_id,
-        "experiment_id": attrs.get("sweeps.mlflow_experiment_id"),
-        "stop_reason": parent.data.tags.get("sweeps.stop_reason") if parent else None,
+        "experiment_id": attrs.get(names.MLFLOW_EXPERIMENT_ID),
+        "stop_reason": parent.data.tags.get(names.STOP_REASON) if parent else None,
         "counts": counts,
         "top": done[:10],
         "best": done[0] if done else None,
@@ -101,17 +55,93 @@ def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
         "resources": resources,
         "cost_usd": sum(r["cost_usd"] or 0 for r in rows),
         "gpu_hours": sum(r["gpu_hours"] or 0 for r in rows),
-        # The drivers' own wall time (set-up included) when they recorded it.
-        "wall_s": float(attrs["sweeps.wall_s"])
-        if isinstance(attrs.get("sweeps.wall_s"), int | float)
-        else (max(ends) - min(starts)).total_seconds()
-        if starts and ends
-        else 0.0,
+        "wall_s": _wall_s(attrs, starts, ends),
         "mean_trial_s": statistics.fmean(durations) if durations else 0.0,
         "trial_seconds": sum(durations),
         "notes": notes,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _gather_trials(
+    client: Any, trials: list[Any], attrs: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """One row per trial, plus what their MLflow runs recorded: (rows, dataset, notes,
+    resources). A run that cannot be read adds nothing, not even its trial's failure note."""
+    rows = []
+    dataset: dict[str, Any] = {}
+    notes: list[dict[str, Any]] = []
+    resources: dict[str, Any] = {}
+    for t in trials:
+        row = _trial_row(t, attrs)
+        rows.append(row)
+        if row["run_id"]:
+            try:
+                run = client.get_run(row["run_id"])
+            except Exception:
+                continue
+            _add_run(run, t.number, dataset, notes, resources)
+        if row["error"]:
+            notes.append({"trial": t.number, "text": f"failed: {row['error']}", "auto": True})
+    return rows, dataset, notes, resources
+
+
+def _trial_row(t: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "value": t.value if t.values else None,
+        "params": t.params,
+        "duration_s": t.user_attrs.get("duration_s"),
+        "cost_usd": t.user_attrs.get("cost_usd", 0.0),
+        "gpu_hours": t.user_attrs.get("gpu_hours", 0.0),
+        "error": t.user_attrs.get(names.ERROR),
+        "restarts": t.user_attrs.get(names.RESTARTS, 0),
+        "run_id": t.user_attrs.get("mlflow_run_id") or attrs.get(names.run_of_trial(t.number)),
+    }
+
+
+def _add_run(
+    run: Any,
+    number: int,
+    dataset: dict[str, Any],
+    notes: list[dict[str, Any]],
+    resources: dict[str, Any],
+) -> None:
+    """Adds one trial's run to the report: its datasets, the first resources seen, its notes."""
+    for inp in run.inputs.dataset_inputs if run.inputs else []:
+        ctx = next((tg.value for tg in inp.tags if tg.key == "mlflow.data.context"), "?")
+        src = json.loads(inp.dataset.source or "{}")
+        prof = json.loads(inp.dataset.profile or "{}")
+        dataset[ctx] = {
+            "name": inp.dataset.name,
+            "digest": inp.dataset.digest,
+            "source": src.get("uri"),
+            "rows": prof.get("num_rows"),
+            "split_seed": src.get("split_seed"),
+        }
+    if not resources:
+        resources.update(
+            {
+                k.removeprefix("resources."): v
+                for k, v in run.data.params.items()
+                if k.startswith("resources.")
+            }
+        )
+    if run.data.tags.get(NOTE_TAG):
+        notes.append({"trial": number, "text": run.data.tags[NOTE_TAG]})
+    if run.data.tags.get(names.PROBLEMS):
+        notes.append({"trial": number, "text": run.data.tags[names.PROBLEMS], "auto": True})
+
+
+def _wall_s(attrs: dict[str, Any], starts: list[Any], ends: list[Any]) -> float:
+    """The drivers' own wall time (set-up included) when they recorded it; else first trial
+    start to last trial end."""
+    if isinstance(attrs.get(names.WALL_S), int | float):
+        return float(attrs[names.WALL_S])
+    if starts and ends:
+        return (max(ends) - min(starts)).total_seconds()
+    return 0.0
 
 
 def price_basis(spec_yaml: str) -> str:

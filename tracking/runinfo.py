@@ -8,7 +8,8 @@ import platform
 import subprocess
 from typing import Any
 
-from sweeps.redact import redact_mapping
+from sweeps.common.redact import redact_mapping
+from sweeps.contracts import names
 
 
 def sweep_params(spec: Any) -> dict[str, Any]:
@@ -40,12 +41,12 @@ def sweep_params(spec: Any) -> dict[str, Any]:
 
 def code_tags(code_dir: str | None) -> dict[str, str]:
     """Code and library versions: the git commit of the user's code when there is one."""
-    tags = {"sweeps.python": platform.python_version()}
+    tags = {names.PYTHON: platform.python_version()}
     try:
         from importlib.metadata import version
 
         for pkg in ("torch", "ray", "optuna", "mlflow", "sweeps"):
-            tags[f"sweeps.version.{pkg}"] = version(pkg)
+            tags[names.version(pkg)] = version(pkg)
     except Exception:
         pass
     try:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from sweeps import paths
-from sweeps.callbacks import SweepContext, SweepSummary
-from sweeps.redact import mask_url, redacted_spec_yaml
+from sweeps.common import paths
+from sweeps.common.redact import mask_url, redacted_spec_yaml
+from sweeps.contracts import names
+from sweeps.contracts.records import SweepContext, SweepSummary
 from tracking.mlflow_compat import system_metrics_monitor
 from tracking.runinfo import code_tags, sweep_params
 
@@ -36,8 +37,8 @@ def sweep_info(ctx: SweepContext) -> dict[str, Any]:
     warm: dict[str, str] = {}
     if ctx.warm_notes:
         warm = {
-            "sweeps.warm_start.from": ",".join(spec.warm_start.from_) if spec.warm_start else "",
-            "sweeps.warm_start.notes": "; ".join(ctx.warm_notes)[:5000],
+            names.WARM_START_FROM: ",".join(spec.warm_start.from_) if spec.warm_start else "",
+            names.WARM_START_NOTES: "; ".join(ctx.warm_notes)[:5000],
         }
     return {
         "experiment": paths.experiment_name(spec.tracking.experiment, spec.name),
@@ -45,9 +46,9 @@ def sweep_info(ctx: SweepContext) -> dict[str, Any]:
         "parent_run_id": ctx.parent_run_id,
         "run_name": spec.name,
         "tags": {
-            "sweeps.role": "sweep",
-            "sweeps.study": ctx.study_name,
-            "sweeps.storage": mask_url(ctx.storage_url),
+            names.ROLE: "sweep",
+            names.STUDY: ctx.study_name,
+            names.STORAGE: mask_url(ctx.storage_url),
             **code_tags(spec.trainer.code_dir),
         },
         "params": sweep_params(spec),
@@ -149,9 +150,9 @@ class SweepRun:
         pid = ctx.parent_run_id
         self._submit(self._w_stop_monitor)
         self._submit(self._plain_batch, pid, metrics=[(k, v, now, 0) for k, v in m.items()])
-        tags = {"sweeps.state": summary.state, "sweeps.stop_reason": summary.reason}
+        tags = {names.STATE: summary.state, names.STOP_REASON: summary.reason}
         if summary.best_number is not None:
-            tags["sweeps.best_trial"] = str(summary.best_number)
+            tags[names.BEST_TRIAL] = str(summary.best_number)
         self._submit(self._plain_batch, pid, tags=tags)
         self._submit("set_terminated", pid, status=SWEEP_STATUS.get(summary.state, "FAILED"))
 

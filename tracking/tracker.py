@@ -15,10 +15,11 @@ import threading
 import time
 from typing import Any
 
-from sweeps import paths, timeline
-from sweeps.callbacks import SweepContext, TrialEnd, TrialRecord
-from sweeps.errors import one_line
-from sweeps.redact import redact_mapping
+from sweeps.common import paths, timeline
+from sweeps.common.errors import one_line
+from sweeps.common.redact import redact_mapping
+from sweeps.contracts import names
+from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
 from tracking import mlflow_compat, model_log
 from tracking.batches import Batch, TrialBatches
 from tracking.mlflow_compat import PARENT_RUN_TAG
@@ -120,13 +121,14 @@ class MLflowTracker(SweepRun):
             return None
         found = self.client.search_runs(
             [exp.experiment_id],
-            f"tags.`sweeps.study` = '{ctx.study_name}' and tags.`sweeps.trial_number` = '{number}'",
+            f"tags.`{names.STUDY}` = '{ctx.study_name}'"
+            f" and tags.`{names.TRIAL_NUMBER}` = '{number}'",
             max_results=1,
         )
         return found[0].info.run_id if found else None
 
     def close_stale_run(self, run_id: str) -> None:
-        self._set_tags(run_id, {"sweeps.state": "KILLED"})
+        self._set_tags(run_id, {names.STATE: "KILLED"})
         self._submit("set_terminated", run_id, status="KILLED")
 
     def log_artifacts(
@@ -150,18 +152,18 @@ class MLflowTracker(SweepRun):
     def start_trial(self, ctx: SweepContext, t: TrialRecord) -> None:
         tags = {
             PARENT_RUN_TAG: ctx.parent_run_id,
-            "sweeps.role": "trial",
-            "sweeps.study": ctx.study_name,
-            "sweeps.trial_number": str(t.number),
-            "sweeps.lane": t.lane_id,
-            "sweeps.state": "RUNNING",
-            "sweeps.seed": str(t.seed),
+            names.ROLE: "trial",
+            names.STUDY: ctx.study_name,
+            names.TRIAL_NUMBER: str(t.number),
+            names.LANE: t.lane_id,
+            names.STATE: "RUNNING",
+            names.SEED: str(t.seed),
         }
         if t.requeued_from is not None:
-            tags["sweeps.requeued_from"] = str(t.requeued_from)
+            tags[names.REQUEUED_FROM] = str(t.requeued_from)
         if t.resumed_from_trial is not None:
-            tags["sweeps.resumed_from_trial"] = str(t.resumed_from_trial)
-            tags["sweeps.resumed_from_checkpoint"] = str(t.resume_from)
+            tags[names.RESUMED_FROM_TRIAL] = str(t.resumed_from_trial)
+            tags[names.RESUMED_FROM_CHECKPOINT] = str(t.resume_from)
         params: dict[str, Any] = dict(redact_mapping(t.params, "params"))
         for key in ("workers", "cpus_per_worker", "gpus_per_worker", "machine_type", "preemptible"):
             params[f"resources.{key}"] = getattr(t, key)
@@ -282,7 +284,7 @@ class MLflowTracker(SweepRun):
 
     def trial_restarted(self, ctx: SweepContext, t: TrialRecord) -> None:
         note = f"worker group restarted ({t.restarts}x); resumed from the last checkpoint"
-        tags = {"sweeps.restarts": str(t.restarts), "sweeps.problems": note}
+        tags = {names.RESTARTS: str(t.restarts), names.PROBLEMS: note}
         self._op("_w_log", t.trial_id, None, tags)
 
     def end_trial(self, ctx: SweepContext, t: TrialRecord, end: TrialEnd) -> None:
@@ -304,15 +306,15 @@ class MLflowTracker(SweepRun):
         if end.values:
             final["objective"] = end.values[0]
         items = [Metric(k, float(v), now, t.last_step) for k, v in final.items()]
-        tags = {"sweeps.state": end.state, "sweeps.restarts": str(t.restarts)}
+        tags = {names.STATE: end.state, names.RESTARTS: str(t.restarts)}
         if t.error:
-            tags["sweeps.error"] = t.error[:5000]
+            tags[names.ERROR] = t.error[:5000]
         if result is not None and result.dataset:
-            tags["sweeps.dataset_digest"] = str(result.dataset.get("digest"))
+            tags[names.DATASET_DIGEST] = str(result.dataset.get("digest"))
         for k, v in (result.hardware if result else {}).items():
-            tags[f"sweeps.hw.{k}"] = str(v)
+            tags[names.hw(k)] = str(v)
         if result is not None and result.model_error:
-            tags["sweeps.model_error"] = result.model_error[:5000]
+            tags[names.MODEL_ERROR] = result.model_error[:5000]
         # One write for the final metrics and tags and whatever else is buffered (a tiny trial's
         # params and its only epoch): a trial's end costs a handful of commits, which is what
         # bounds a sweep of a thousand short trials.
@@ -339,7 +341,7 @@ class MLflowTracker(SweepRun):
                 client.set_tag(run_id, model_log.FORMAT_TAG, result.model_format)
                 timeline.mark("model.logged", trial=t.number)
             except Exception as e:  # the trial's record stands even if its model cannot be saved
-                client.set_tag(run_id, "sweeps.model_error", one_line(e, 500))
+                client.set_tag(run_id, names.MODEL_ERROR, one_line(e, 500))
         client.set_terminated(run_id, status=STATUS.get(end.state, "FINISHED"))
 
     # ----- helpers --------------------------------------------------------------------------

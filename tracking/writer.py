@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from sweeps.errors import one_line
+from sweeps.common.errors import one_line
 
 
 class NotReady(Exception):  # noqa: N818

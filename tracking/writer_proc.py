@@ -36,8 +36,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, BinaryIO
 
-from sweeps import timeline
-from sweeps.errors import one_line
+from sweeps.common import timeline
+from sweeps.common.errors import one_line
 
 # The child starts with the driver's sys.path, so it imports the same `tracking` (and finds the
 # user's code_dir, which the runner put on the path) wherever the driver was started from.
@@ -45,7 +45,7 @@ from sweeps.errors import one_line
 # tracker class is handed in, so this module does not import the one that imports it.
 _BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from sweeps.quietlogs import quiet; quiet(); "
+    "from sweeps.common.quietlogs import quiet; quiet(); "
     "from tracking.tracker import MLflowTracker; from tracking.writer_proc import child_main; "
     "child_main(MLflowTracker, sys.argv[2], sys.argv[3])"
 )
@@ -203,86 +203,24 @@ def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
     # MLflow imported (and a new store's schema made) here, before two threads could import
     # it at once: concurrent first imports of mlflow fail as "partially initialized".
     _ = tracker.client
-    lock = threading.Lock()
+    lock = threading.Lock()  # orders created runs before replies
     done = threading.Event()
-
-    send_lock = threading.Lock()  # whole frames; `lock` orders created runs before replies
-
-    def send(msg: tuple[Any, ...]) -> None:
-        try:
-            with send_lock:
-                pickle.dump(msg, proto, protocol=pickle.HIGHEST_PROTOCOL)
-                proto.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # the driver is gone: what matters now is writing what it sent
-
-    def forward_mark(name: str, **detail: Any) -> float:
-        send(("mark", time.monotonic(), name, detail))  # onto the driver's timeline
-        return 0.0
-
-    timeline.current().mark = forward_mark  # type: ignore[method-assign]
-
-    def forward_created() -> None:
-        while not done.is_set():
-            with lock:  # held while waiting, so a reply never overtakes a run it created
-                try:  # a flush's reply waits for this wait to end: kept short
-                    trial_id, run_id = tracker._created.get(timeout=0.01)
-                except queue.Empty:
-                    continue
-                send(("created", trial_id, run_id))
-
-    def drain_created() -> None:
-        with lock:
-            for trial_id, run_id in tracker.created_runs():
-                send(("created", trial_id, run_id))
-
-    forwarder = threading.Thread(target=forward_created, name="created", daemon=True)
+    send = _frame_sender(proto)
+    _forward_marks(send)
+    forwarder = threading.Thread(
+        target=_forward_created, args=(tracker, lock, done, send), name="created", daemon=True
+    )
     forwarder.start()
     # The pipe is read as fast as the driver writes: while this loop makes the parent run
     # (MLflow's import, a new store's schema: ~1.5 s), a trial's end with its model would fill
     # the pipe's 64 KB and the driver would wait on it (it did, 1.6 s, in a warm sweep).
     inbound: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def read_inbox() -> None:
-        while True:
-            try:
-                inbound.put(pickle.load(inbox))
-            except (EOFError, OSError, pickle.UnpicklingError):
-                inbound.put(None)  # the driver closed the pipe, or died
-                return
-
-    threading.Thread(target=read_inbox, name="inbox", daemon=True).start()
+    threading.Thread(target=_read_inbox, args=(inbox, inbound), name="inbox", daemon=True).start()
     try:
-        while True:
-            msg = inbound.get()
-            if msg is None:
-                break  # write what was sent, then stop
-            kind = msg[0]
-            try:
-                if kind == "submit":
-                    _, (where, what), args, kw = msg
-                    owner = tracker if where == "tracker" else tracker.client
-                    fn = what if where == "fn" else getattr(owner, what)
-                    tracker.writer.submit(fn, *args, **kw)
-                elif kind == "op":
-                    getattr(tracker, msg[1])(*msg[2])
-                elif kind == "call":
-                    try:
-                        send(("result", msg[1], getattr(tracker, msg[2])(*msg[3]), None))
-                    except Exception as e:  # the caller decides what it means
-                        send(("result", msg[1], None, one_line(e, 500)))
-            except Exception as e:  # reported at flush, like a write that failed
-                tracker.writer.errors.append(f"{kind} {msg[1]!r:.80}: {one_line(e, 300)}")
-            if kind in ("flush", "close"):
-                errors = tracker.flush()
-                drain_created()
-                with lock:
-                    send(("reply", msg[1], errors))
-                if kind == "close":
-                    break
+        _serve(tracker, inbound, lock, send)
     finally:
         tracker.flush()
-        drain_created()
+        _drain_created(tracker, lock, send)
         done.set()
         forwarder.join(timeout=1)
         tracker.writer.pool.shutdown(wait=True)
@@ -292,3 +230,99 @@ def child_main(tracker_class: Any, uri: str, artifact_root: str) -> None:
     # sweep's end waited for, so it is skipped.
     sys.stderr.flush()
     os._exit(0)
+
+
+def _frame_sender(proto: BinaryIO) -> Callable[[tuple[Any, ...]], None]:
+    """The child's one way to write to the driver: whole frames, from any thread."""
+    send_lock = threading.Lock()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        try:
+            with send_lock:
+                pickle.dump(msg, proto, protocol=pickle.HIGHEST_PROTOCOL)
+                proto.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the driver is gone: what matters now is writing what it sent
+
+    return send
+
+
+def _forward_marks(send: Callable[[tuple[Any, ...]], None]) -> None:
+    """Timeline events made in the child go onto the driver's timeline."""
+
+    def forward_mark(name: str, **detail: Any) -> float:
+        send(("mark", time.monotonic(), name, detail))
+        return 0.0
+
+    timeline.current().mark = forward_mark  # type: ignore[method-assign]
+
+
+def _forward_created(
+    tracker: Any,
+    lock: threading.Lock,
+    done: threading.Event,
+    send: Callable[[tuple[Any, ...]], None],
+) -> None:
+    """Thread: sends each run the tracker creates to the driver as soon as it exists."""
+    while not done.is_set():
+        with lock:  # held while waiting, so a reply never overtakes a run it created
+            try:  # a flush's reply waits for this wait to end: kept short
+                trial_id, run_id = tracker._created.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            send(("created", trial_id, run_id))
+
+
+def _drain_created(
+    tracker: Any, lock: threading.Lock, send: Callable[[tuple[Any, ...]], None]
+) -> None:
+    """Sends every created run not yet forwarded: done before each reply, and at the end."""
+    with lock:
+        for trial_id, run_id in tracker.created_runs():
+            send(("created", trial_id, run_id))
+
+
+def _read_inbox(inbox: BinaryIO, inbound: queue.SimpleQueue[Any]) -> None:
+    """Thread: moves the driver's frames off the pipe; None once it closes or the driver dies."""
+    while True:
+        try:
+            inbound.put(pickle.load(inbox))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            inbound.put(None)  # the driver closed the pipe, or died
+            return
+
+
+def _serve(
+    tracker: Any,
+    inbound: queue.SimpleQueue[Any],
+    lock: threading.Lock,
+    send: Callable[[tuple[Any, ...]], None],
+) -> None:
+    """Carries out the driver's messages in order until it closes the pipe or says "close"."""
+    while True:
+        msg = inbound.get()
+        if msg is None:
+            break  # write what was sent, then stop
+        kind = msg[0]
+        try:
+            if kind == "submit":
+                _, (where, what), args, kw = msg
+                owner = tracker if where == "tracker" else tracker.client
+                fn = what if where == "fn" else getattr(owner, what)
+                tracker.writer.submit(fn, *args, **kw)
+            elif kind == "op":
+                getattr(tracker, msg[1])(*msg[2])
+            elif kind == "call":
+                try:
+                    send(("result", msg[1], getattr(tracker, msg[2])(*msg[3]), None))
+                except Exception as e:  # the caller decides what it means
+                    send(("result", msg[1], None, one_line(e, 500)))
+        except Exception as e:  # reported at flush, like a write that failed
+            tracker.writer.errors.append(f"{kind} {msg[1]!r:.80}: {one_line(e, 300)}")
+        if kind in ("flush", "close"):
+            errors = tracker.flush()
+            _drain_created(tracker, lock, send)
+            with lock:
+                send(("reply", msg[1], errors))
+            if kind == "close":
+                break

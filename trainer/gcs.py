@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from sweeps.errors import one_line
+from sweeps.common.errors import one_line
 
 
 def client():  # noqa: ANN202 - google's client type is heavy to import at module level

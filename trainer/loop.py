@@ -1,4 +1,5 @@
-"""The built-in training loop, written against the same API user code gets (`sweeps.runtime`).
+"""The built-in training loop, written against the same API user code gets
+(`sweeps.worker.runtime`).
 
 Small datasets live as tensors on the worker's device: batches are index gathers, not per-sample
 Python. Each rank trains on a disjoint, equal-sized shard that is reshuffled every epoch, and
@@ -19,7 +20,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from sweeps import runtime
+from sweeps.contracts import names
+from sweeps.worker import runtime
 from trainer.data import DatasetBundle, augment_cifar, load_dataset
 from trainer.models import arch_params, build_model, param_count
 
@@ -152,20 +154,8 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
     bundle, (x_tr, y_tr, x_va, y_va) = dataset(config, device)
 
     torch.manual_seed(ctx.seed)  # initial weights depend only on the trial's seed
-    name = config.get("model", "mlp")
-    arch = arch_params(name, config)
-    base = build_model(name, bundle.input_shape, bundle.num_classes, **arch)
+    name, arch, base, model = _build_model(config, bundle, device, world)
     cuda = device.type == "cuda"
-    if cuda:
-        base = base.to(memory_format=torch.channels_last)
-    base = base.to(device)
-    model: nn.Module = base
-    if world > 1:
-        from ray.train.torch import prepare_model
-
-        model = prepare_model(base, move_to_device=False)
-    if config.get("compile"):
-        model = torch.compile(model)
 
     epochs = int(config.get("epochs", 10))
     bs = max(1, int(config.get("batch_size", 64)) // world)  # batch_size is the global batch
@@ -176,16 +166,7 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
     smoothing = float(config.get("label_smoothing", 0.0))
     augment = bundle.name == "cifar10" and config.get("augment", True)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
-
-    start = 0
-    resume = runtime.get_checkpoint()
-    if resume is not None:
-        state = torch.load(os.path.join(resume, "state.pt"), map_location=device)
-        base.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        if sched is not None and state["scheduler"] is not None:
-            sched.load_state_dict(state["scheduler"])
-        start = int(state["epoch"])
+    start = _resume(base, opt, sched, device)
 
     metrics: dict[str, float] = {}
     shard_check: dict[str, float] = {}
@@ -196,6 +177,7 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
         shard_check = _check_shards(idx, len(x_tr), world)
         gen = torch.Generator(device="cpu").manual_seed(ctx.seed * 7919 + epoch * 31 + rank)
         loss_sum = torch.zeros((), device=device)
+        # The batch loop stays inline: no per-batch helper call on the hot path.
         for i in range(0, len(idx), bs):
             b = idx[i : i + bs]
             xb, yb = x_tr[b], y_tr[b]
@@ -215,46 +197,123 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
             sched.step()
         train_s = time.perf_counter() - t0
         val = evaluate(base, x_va, y_va, rank, world, bs=max(bs, 512), autocast=autocast)
-        tot = _all_reduce(
-            torch.stack([loss_sum.float(), torch.tensor(float(len(idx)), device=device)]), world
+        metrics = _epoch_metrics(
+            epoch, t0, train_s, val, loss_sum, len(idx), shard_check, world, device
         )
-        metrics = {
-            "epoch": epoch + 1,
-            "train_loss": (tot[0] / tot[1]).item(),
-            **val,
-            "epoch_seconds": time.perf_counter() - t0,
-            "samples_per_s": tot[1].item() / max(train_s, 1e-9),
-            "world_size": world,
-            **shard_check,
-            "val_rank_spread": _spread(val["val_accuracy"], world, device),
-        }
         if rank == 0:  # the trial's log: what `sweeps logs` shows
-            print(
-                f"epoch {epoch + 1}/{epochs}: train_loss={metrics['train_loss']:.4f} "
-                f"val_loss={metrics['val_loss']:.4f} val_accuracy={metrics['val_accuracy']:.4f}",
-                flush=True,
-            )
-        with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
-            if rank == 0 and runtime.checkpoint_due():
-                _save(tmp, model, opt, sched, epoch + 1)
-            runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
+            _print_epoch(metrics, epochs)
+        _report_epoch(metrics, model, opt, sched, epoch, rank)
 
     out: dict[str, Any] = {**metrics, "param_count": param_count(base)}
     if rank == 0:
-        out["dataset"] = {
-            "name": bundle.name,
-            "source": bundle.source,
-            "digest": bundle.digest_val,  # what models are compared on (the registry's gate)
-            "digest_train": bundle.digest_train,
-            "digest_val": bundle.digest_val,
-            "rows_train": len(x_tr),
-            "rows_val": len(x_va),
-            "split_seed": bundle.split_seed,
-            "val_fraction": bundle.val_fraction,
-        }
+        out["dataset"] = _dataset_record(bundle, len(x_tr), len(x_va))
         if ctx.log_model:
             out["model_package"] = _package(base, name, arch, bundle, x_va)
     return out
+
+
+def _build_model(
+    config: dict[str, Any], bundle: DatasetBundle, device: torch.device, world: int
+) -> tuple[str, dict[str, Any], nn.Module, nn.Module]:
+    """The trial's network on its device: (model name, arch params, the bare model, the one
+    trained: DDP-wrapped and/or compiled)."""
+    name = config.get("model", "mlp")
+    arch = arch_params(name, config)
+    base = build_model(name, bundle.input_shape, bundle.num_classes, **arch)
+    if device.type == "cuda":
+        base = base.to(memory_format=torch.channels_last)
+    base = base.to(device)
+    model: nn.Module = base
+    if world > 1:
+        from ray.train.torch import prepare_model
+
+        model = prepare_model(base, move_to_device=False)
+    if config.get("compile"):
+        model = torch.compile(model)
+    return name, arch, base, model
+
+
+def _resume(
+    base: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler | None,
+    device: torch.device,
+) -> int:
+    """Loads the trial's checkpoint, if it has one; the epoch to start from."""
+    resume = runtime.get_checkpoint()
+    if resume is None:
+        return 0
+    state = torch.load(os.path.join(resume, "state.pt"), map_location=device)
+    base.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    if sched is not None and state["scheduler"] is not None:
+        sched.load_state_dict(state["scheduler"])
+    return int(state["epoch"])
+
+
+def _epoch_metrics(
+    epoch: int,
+    t0: float,
+    train_s: float,
+    val: dict[str, float],
+    loss_sum: torch.Tensor,
+    n_seen: int,
+    shard_check: dict[str, float],
+    world: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """One epoch's reported metrics, all-reduced so every rank holds the same numbers."""
+    tot = _all_reduce(
+        torch.stack([loss_sum.float(), torch.tensor(float(n_seen), device=device)]), world
+    )
+    return {
+        "epoch": epoch + 1,
+        "train_loss": (tot[0] / tot[1]).item(),
+        **val,
+        "epoch_seconds": time.perf_counter() - t0,
+        "samples_per_s": tot[1].item() / max(train_s, 1e-9),
+        "world_size": world,
+        **shard_check,
+        "val_rank_spread": _spread(val["val_accuracy"], world, device),
+    }
+
+
+def _print_epoch(metrics: dict[str, float], epochs: int) -> None:
+    print(
+        f"epoch {metrics['epoch']}/{epochs}: train_loss={metrics['train_loss']:.4f} "
+        f"val_loss={metrics['val_loss']:.4f} val_accuracy={metrics['val_accuracy']:.4f}",
+        flush=True,
+    )
+
+
+def _report_epoch(
+    metrics: dict[str, float],
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler | None,
+    epoch: int,
+    rank: int,
+) -> None:
+    """Reports the epoch; rank 0 attaches a checkpoint when one is due."""
+    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
+        if rank == 0 and runtime.checkpoint_due():
+            _save(tmp, model, opt, sched, epoch + 1)
+        runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
+
+
+def _dataset_record(bundle: DatasetBundle, rows_train: int, rows_val: int) -> dict[str, Any]:
+    """What the trial trained and validated on, as the driver logs it to MLflow."""
+    return {
+        "name": bundle.name,
+        "source": bundle.source,
+        "digest": bundle.digest_val,  # what models are compared on (the registry's gate)
+        "digest_train": bundle.digest_train,
+        "digest_val": bundle.digest_val,
+        "rows_train": rows_train,
+        "rows_val": rows_val,
+        "split_seed": bundle.split_seed,
+        "val_fraction": bundle.val_fraction,
+    }
 
 
 def _package(model: nn.Module, name: str, arch: dict[str, Any], bundle: Any, x_val: Any) -> bytes:
@@ -277,7 +336,7 @@ def _template_args(bundle: Any, x_val: Any) -> tuple[tuple[int, ...], int, Any, 
     from trainer.data import input_scaling
 
     example = x_val[:4].detach().float().cpu().numpy()
-    meta = {"sweeps.dataset": bundle.name, "sweeps.input_scaling": input_scaling(bundle.name)}
+    meta = {names.DATASET: bundle.name, names.INPUT_SCALING: input_scaling(bundle.name)}
     return tuple(bundle.input_shape), bundle.num_classes, example, meta
 
 

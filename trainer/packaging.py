@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeps.errors import one_line
+from sweeps.common.errors import one_line
 from trainer.errors import ModelNotPackaged
 
 _TEMPLATES: dict[tuple[Any, ...], str] = {}

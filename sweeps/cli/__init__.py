@@ -2,6 +2,9 @@
 
 Exit codes: 0 ok, 1 failure at run time, 2 bad input, 130 interrupted. Each module registers
 its commands on the one app; heavy libraries load inside the commands, never at import.
+
+Owns: the commands, and `progress` (the live progress line).
+May import: everything below it; the work itself is in `sweeps.api`.
 """
 
 from __future__ import annotations
@@ -11,11 +14,11 @@ import os
 import sys
 
 from sweeps.cli._app import STANDALONE, app, err, quiet
-from sweeps.errors import SweepsError, one_line
+from sweeps.common.errors import SweepsError, one_line
 
 # Each module registers its commands on `app`; this order is the order of `sweeps --help`.
 for _module in ("run", "service", "browse", "registry", "ops"):
-    importlib.import_module(f"sweeps.cli.{_module}")
+    importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]
 

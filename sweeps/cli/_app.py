@@ -1,7 +1,8 @@
 """The Typer app, its consoles, and the one place where errors become exit codes.
 
-Commands raise :class:`sweeps.errors.SweepsError` (or let KeyboardInterrupt through); the group
-below prints one line and exits 2 for bad input, 1 for failures at run time, 130 on Ctrl-C.
+Commands raise :class:`sweeps.common.errors.SweepsError` (or let KeyboardInterrupt through); the
+group below prints one line and exits 2 for bad input, 1 for failures at run time, 130 on
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from sweeps.errors import SweepsError, one_line
-from sweeps.quietlogs import quiet
+from sweeps.common.errors import SweepsError, one_line
+from sweeps.common.quietlogs import quiet
 
 out = Console()
 err = Console(stderr=True)
@@ -84,7 +85,7 @@ def exit_after_sweep(code: int) -> None:
 def load_noting(path: Path, overrides: list[str], name: str | None) -> Any:
     """Load a spec with --set overrides; a sampler or pruner switched by --set loses the
     options it does not take, with one note per option on stderr."""
-    from sweeps.samplers import adapt_options
+    from sweeps.search.samplers import adapt_options
     from sweeps.spec import load_spec
 
     s, notes = adapt_options(load_spec(path, overrides, name=name), overrides)

@@ -175,10 +175,10 @@ def logs(
     import time
 
     from sweeps import api
-    from sweeps.errors import NotFoundError
+    from sweeps.common.errors import NotFoundError
 
     if driver:
-        from sweeps.quietlogs import DriverLogFilter, verbose
+        from sweeps.common.quietlogs import DriverLogFilter, verbose
 
         shown = DriverLogFilter(keep_all=verbose())  # Ray's job-supervisor lines only with -v
         for chunk in api.driver_logs(name, follow, storage, address):
@@ -220,8 +220,8 @@ def ui(
     import os
     import subprocess
 
-    from sweeps import paths
-    from sweeps.service import wait_http
+    from sweeps.common import paths
+    from sweeps.service.local import wait_http
 
     uri = paths.tracking_uri()
     url = paths.storage_url(storage)

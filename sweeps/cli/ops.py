@@ -17,7 +17,8 @@ def doctor(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check each configured service: reachable, credentials, versions."""
-    from sweeps import api, paths
+    from sweeps import api
+    from sweeps.common import paths
     from sweeps.doctor import check
     from sweeps.spec import load_spec
 

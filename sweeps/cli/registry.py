@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from sweeps.cli._app import app, err, fmt, out
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
 
 
 @app.command()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 
@@ -19,21 +19,25 @@ from sweeps.cli._app import (
     load_noting,
     out,
 )
-from sweeps.errors import SpecError, one_line
+from sweeps.cli.sources import (
+    aiplatform_raw,
+    aiplatform_spec,
+    print_notes,
+    spec_or_wandb,
+    wandb_raw,
+)
+from sweeps.common.errors import SpecError, one_line
+
+if TYPE_CHECKING:
+    from sweeps.spec import Spec
 
 AIP = "Legacy AI Platform jobs (gcloud's flags)"
 WB = "W&B sweep configs"
 NOTED = "Accepted as gcloud's; noted, not used."
-IGNORED = {
-    "--job-dir": "each trial writes to its own folder, AIP_MODEL_DIR, passed as --job-dir",
-    "--region": "trials run on this Ray cluster",
-    "--runtime-version": "trials run with this Python environment",
-    "--python-version": "trials run with this Python environment",
-}
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run(
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_command(
     ctx: typer.Context,
     spec: Path | None = typer.Argument(None, help="YAML spec (see conf/)."),
     name: str | None = typer.Option(None, help="Sweep name (default: the spec's)."),
@@ -90,51 +94,33 @@ def run(
     Arguments after `--` go to the user's module unchanged.
     """
     from sweeps import api
-    from sweeps.spec import spec_from_dict
 
     overrides = cli_overrides(set_, trials, parallel, image)
     if aiplatform is not None:
-        # After `--` everything is the module's; Click hands the first word to SPEC.
-        user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
-        job, cfg = (aiplatform, config) if config is not None else (None, Path(aiplatform))
-        if not cfg.is_file():
-            hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
-            raise SpecError(f"AI Platform config not found: {cfg}{hint}")
         gcloud = {
             "scale_tier": scale_tier,
             "master_machine_type": master_machine_type,
             "master_image_uri": master_image_uri,
         }
-        ignored = {
+        noted = {
             "--job-dir": job_dir,
             "--region": region,
             "--runtime-version": runtime_version,
             "--python-version": python_version,
         }
-        _check_hypertune()
-        raw, notes = _aiplatform_raw(cfg, job, package_path, module_name, name, user_args, gcloud)
-        for flag, value in ignored.items():
-            if value is not None:
-                notes.append(f"{flag} {value}: noted, not used ({IGNORED[flag]})")
-        for n in notes:
-            err.print(f"note: {n}", highlight=False, markup=False)
-        s = spec_from_dict(raw, overrides)
-    elif ctx.args:
-        raise SpecError(f"unknown arguments: {' '.join(ctx.args)}")
-    elif wandb is not None:
-        if spec is not None:
-            raise SpecError("--wandb: takes the place of SPEC; give one or the other")
-        raw, notes = _wandb_raw(wandb, code_dir, name)
-        for n in notes:
-            err.print(f"note: {n}", highlight=False, markup=False)
-        s = spec_from_dict(raw, overrides)
-    elif spec is None:
-        raise SpecError("SPEC: a spec file is required (or --aiplatform CONFIG)")
-    elif config is not None:
-        raise SpecError("--config: only with --aiplatform (gcloud's job config)")
+        s = aiplatform_spec(
+            ctx, spec, aiplatform, config, package_path, module_name, name, gcloud, noted, overrides
+        )
     else:
-        s = load_noting(spec, overrides, name)
+        s = spec_or_wandb(ctx.args, spec, wandb, code_dir, config, name, overrides)
     api.validate_spec(s)
+    _run_spec(s, enqueue, as_json, profile)
+
+
+def _run_spec(s: Spec, enqueue: Path | None, as_json: bool, profile: bool) -> None:
+    """Run a validated spec, with live progress on stderr unless --json, then exit with its code."""
+    from sweeps import api
+
     queued = _read_enqueue(enqueue) if enqueue else None
     json_out = _json_stdout() if as_json else None
     progress = None if as_json else _progress(s)
@@ -168,7 +154,8 @@ def _finish(
     outcome: Any, json_out: TextIO | None, whole: bool = False, profile: bool = False
 ) -> None:
     """Print the outcome of a run/resume and exit with its code."""
-    from sweeps import api, timeline
+    from sweeps import api
+    from sweeps.common import timeline
 
     doc = api.show(outcome.name, outcome.storage_url)
     for e in outcome.errors[:3]:
@@ -185,57 +172,10 @@ def _finish(
     exit_after_sweep({"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0))
 
 
-def _check_hypertune() -> None:
-    """Legacy modules report through cloudml-hypertune: say which extra installs it, up front."""
-    import importlib.util
-    import os
-
-    if importlib.util.find_spec("hypertune") is None:
-        msg = "cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]'"
-        if os.environ.get("RAY_ADDRESS"):
-            err.print(f"note: {msg} (needed on the cluster's workers)", markup=False)
-        else:
-            raise SpecError(f"--aiplatform: {msg}")
-
-
-def _aiplatform_raw(
-    config: Path,
-    job: str | None,
-    package_path: Path | None,
-    module_name: str | None,
-    name: str | None,
-    user_args: list[str],
-    gcloud: dict[str, str | None],
-) -> tuple[dict[str, Any], list[str]]:
-    """The native spec (raw dict) of a legacy job, as `run --aiplatform` and
-    `import-aiplatform` both read it."""
-    from sweeps.aiplatform import (
-        apply_gcloud_flags,
-        image_uri,
-        load_config,
-        package_root,
-        sweep_name,
-        to_spec,
-    )
-
-    module = module_name or "trainer.task"
-    data = apply_gcloud_flags(load_config(config), **gcloud)
-    # A custom container holds the module: no host package to find (gcloud needs none either).
-    image = image_uri(data) and package_path is None
-    root = Path.cwd() if image else package_root(package_path, module, config)
-    return to_spec(
-        data,
-        name=name or sweep_name(data, root, module, job),
-        package_path=str(root),
-        module_name=module,
-        user_args=user_args,
-    )
-
-
 def _print_profile(events: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from sweeps.timeline import breakdown
+    from sweeps.common.timeline import breakdown
 
     table = Table("phase", "from s", "took s", title="where the time went")
     for label, start, took in breakdown(events):
@@ -260,28 +200,11 @@ def import_aiplatform(
     from sweeps.spec import spec_from_dict
 
     gcloud = {"scale_tier": scale_tier, "master_machine_type": master_machine_type}
-    raw, notes = _aiplatform_raw(config, None, package_path, module_name, name, [], gcloud)
+    raw, notes = aiplatform_raw(config, None, package_path, module_name, name, [], gcloud)
     spec_from_dict(raw)  # what it prints validates
-    for n in notes:
-        err.print(f"note: {n}", highlight=False, markup=False)
+    print_notes(notes)
     # Only what the job says: the defaults (model, dataset, ...) are not the job's.
     print(yaml.safe_dump(raw, sort_keys=False), end="")
-
-
-def _wandb_raw(
-    config: Path, code_dir: Path | None, name: str | None
-) -> tuple[dict[str, Any], list[str]]:
-    from sweeps.wandb import load_config, to_spec
-
-    folder = code_dir if code_dir is not None else config.parent
-    if not folder.is_dir():
-        raise SpecError(f"--code-dir: folder not found: {folder}")
-    return to_spec(
-        load_config(config),
-        name=name,
-        fallback_name=config.stem,
-        code_dir=str(folder.resolve()),
-    )
 
 
 @app.command("import-wandb")
@@ -297,10 +220,9 @@ def import_wandb(
 
     from sweeps.spec import spec_from_dict
 
-    raw, notes = _wandb_raw(config, code_dir, name)
+    raw, notes = wandb_raw(config, code_dir, name)
     spec_from_dict(raw)  # what it prints validates
-    for n in notes:
-        err.print(f"note: {n}", highlight=False, markup=False)
+    print_notes(notes)
     print(yaml.safe_dump(raw, sort_keys=False), end="")
 
 
@@ -317,13 +239,13 @@ def _read_enqueue(path: Path) -> list[dict[str, Any]]:
 
 
 def _progress(spec: Any) -> Any:
-    from sweeps.progress import RichProgress
+    from sweeps.cli.progress import RichProgress
 
     return RichProgress(spec, err)
 
 
 def print_summary(doc: dict[str, Any], outcome: Any) -> None:
-    from sweeps.summary import counts_text
+    from sweeps.driver.summary import counts_text
 
     counts = counts_text(doc["counts"])
     out.print(

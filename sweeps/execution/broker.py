@@ -1,9 +1,10 @@
 """The broker: a Ray actor between drivers and the lanes' workers.
 
-Workers never touch Optuna or MLflow. They ask the broker for their next trial, post each epoch's
-metrics and wait for the prune decision; the driver drains the broker's events, writes the stores,
-and answers. Every question is keyed (`sweeps.protocol`) by (lane, seq, ...) so all ranks of a
-lane get the same answer without any collective of their own: lockstep comes for free.
+Workers never touch Optuna or MLflow. They ask the broker for their next trial, post each
+epoch's metrics and wait for the prune decision; the driver drains the broker's events, writes
+the stores, and answers. Every question is keyed (`sweeps.contracts.protocol`) by (lane, seq,
+...) so all ranks of a lane get the same answer without any collective of their own: lockstep
+comes for free.
 
 Lane bookkeeping (which trial a lane is on, restarts) lives here rather than in the driver because
 a restarted worker group must learn what it was doing even if the driver is busy.
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.protocol import (
+from sweeps.contracts.protocol import (
     Assignment,
     Checkpointed,
     Decision,

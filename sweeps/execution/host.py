@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sweeps.errors import one_line
+from sweeps.common.errors import one_line
 from sweeps.execution.lane import Lane, LaneConfig, LaneShape, make_trainer
 from sweeps.execution.raytrain import LANE_NAME, configure_host_logging
 

@@ -1,7 +1,7 @@
 """A lane: one Ray Train run (`TorchTrainer.fit()`) whose workers pull trials until told to stop.
 
-The lane's workers run `worker.lane_main`. `fit()` ends when the broker answers `Stop`, when the
-lane is recycled, or when Ray Train gives up on the worker group; whoever launched it sets
+The lane's workers run `lane_worker.lane_main`. `fit()` ends when the broker answers `Stop`, when
+the lane is recycled, or when Ray Train gives up on the worker group; whoever launched it sets
 :attr:`Lane.done` and :attr:`Lane.error`, and the lane pool reaps it.
 
 Launchers are small objects with one method, `launch(lane)`: `ThreadLauncher` holds `fit()` open
@@ -25,6 +25,17 @@ class LaneShape:
     cpus_per_worker: float
     gpus_per_worker: float
     placement: str = "pack"
+
+    @classmethod
+    def of(cls, workers: int, cpus: float, gpus: float, placement: str = "pack") -> LaneShape:
+        """The shape of a trial's resources (numbers as the spec or a sampled trial has them)."""
+        return cls(int(workers), float(cpus), float(gpus), placement)
+
+    @property
+    def key(self) -> str:
+        """The shape as a lane's key names it: 2x1cpu0gpu-pack."""
+        w, c, g = self.workers, self.cpus_per_worker, self.gpus_per_worker
+        return f"{w}x{c:g}cpu{g:g}gpu-{self.placement}"
 
 
 @dataclass
@@ -72,9 +83,9 @@ def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = Fal
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from sweeps.execution.lane_worker import lane_main
     from sweeps.execution.raytrain import in_process_trainer_class
     from sweeps.execution.storage import filesystem, scheme
-    from sweeps.execution.worker import lane_main
 
     use_gpu = lane.shape.gpus_per_worker > 0
     resources = {"CPU": lane.shape.cpus_per_worker}

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sweeps import timeline
-from sweeps.errors import one_line
+from sweeps.common import timeline
+from sweeps.common.errors import one_line
 from sweeps.execution.lane import Lane, LaneLauncher, LaneShape, make_lane_id
 
-log = logging.getLogger("sweeps.lanes")
+log = logging.getLogger(__name__)
 
 # A lane whose worker group Ray Train cannot keep alive is replaced this many times in a row
 # before the sweep gives up.
@@ -177,6 +177,26 @@ class LanePool:
                 log.warning("lane %s failed: %s", lane.lane_id, one_line(lane.error))
             died.append(lane)
         return died
+
+    def ready_count(self) -> int:
+        """Lanes whose workers asked for a trial and that are not stopping."""
+        return sum(x.ready and not x.stopping for x in self.lanes.values())
+
+    def worth_starting(self, left: int, trial_s: float, start_s: float | None) -> bool:
+        """Whether a waiting lane pays for its start (StartPolicy.worth_starting)."""
+        return self.starts.worth_starting(left, self.ready_count(), trial_s, start_s)
+
+    def unstopped(self) -> list[Lane]:
+        """Lanes not yet told to stop."""
+        return [lane for lane in self.lanes.values() if not lane.stopping]
+
+    def newest(self) -> Lane:
+        """The lane started last."""
+        return self.lanes[max(self.lanes)]
+
+    def cold_starts(self) -> bool:
+        """Whether this pool started any lane itself (rather than adopting warm ones)."""
+        return self.index > 0
 
     def mark_stopping(self, lane_id: str) -> bool:
         """The lane was told to stop; True the first time (its replacement is then due)."""

@@ -1,4 +1,8 @@
-"""The spec package: `Spec` (the model tree), its parameters, and how a YAML file becomes one."""
+"""The spec: `Spec` (the pydantic model tree), its parameters, and how a YAML file becomes one.
+
+Owns: `models`, `params`, `command`, `load`.
+May import: `sweeps.common`.
+"""
 
 from sweeps.spec.load import (
     format_validation_error,

@@ -10,7 +10,7 @@ The macros are W&B sweeps' (so a W&B `command:` runs unchanged) plus `${trial_di
 - `${envvar:NAME}`: the worker's environment variable NAME; `${trial_dir}`: the trial's folder.
 
 Without an args macro in the command, the params are appended as `--name=value`. Pure functions:
-the spec validator calls :func:`check_command`, `sweeps.program` calls :func:`expand`.
+the spec validator calls :func:`check_command`, `sweeps.worker.program` calls :func:`expand`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
 
 MACROS = (
     "env",

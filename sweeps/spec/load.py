@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sweeps.errors import SpecError, one_line
+from sweeps.common.errors import SpecError, one_line
 from sweeps.spec.models import Spec
 
 

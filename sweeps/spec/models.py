@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from sweeps.errors import SpecError
+from sweeps.common.errors import SpecError
 from sweeps.spec.command import DEFAULT_COMMAND, check_command
 from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, Param, _Model
 
@@ -90,7 +90,7 @@ class Resources(_Model):
 
 
 class MetricsSpec(_Model):
-    """Where program mode reads a script's metrics (see `sweeps.collectors`)."""
+    """Where program mode reads a script's metrics (see `sweeps.worker.collectors`)."""
 
     collector: Literal["stdout", "file", "hypertune", "tensorboard"] = "stdout"
     # stdout: groups (name, value) per match, Katib's style, or one group: the objective's value.

@@ -1,7 +1,7 @@
 """Search-space parameters of the spec: float, int and categorical, each with an optional `when`.
 
-Kept apart from the rest of the spec tree so the space logic (`sweeps.space`) and the spec share
-one definition.
+Kept apart from the rest of the spec tree so the space logic (`sweeps.search.space`) and the
+spec share one definition.
 """
 
 from __future__ import annotations

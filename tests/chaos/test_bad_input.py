@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sweeps.cli import app
-from sweeps.samplers import sampler_option_names
+from sweeps.search.samplers import sampler_option_names
 from sweeps.spec.models import Budget, PrunerSpec, SamplerSpec, TrainerSpec
 
 BASE = {

@@ -1,0 +1,149 @@
+"""Where `run` and the `import-*` commands get a spec from: a spec file, a W&B sweep config, or a
+legacy AI Platform job (its config file and gcloud's flags). Notes on what an importer
+approximated go to stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from sweeps.cli._app import err, load_noting
+from sweeps.common.errors import SpecError
+
+if TYPE_CHECKING:
+    from sweeps.spec import Spec
+
+IGNORED = {
+    "--job-dir": "each trial writes to its own folder, AIP_MODEL_DIR, passed as --job-dir",
+    "--region": "trials run on this Ray cluster",
+    "--runtime-version": "trials run with this Python environment",
+    "--python-version": "trials run with this Python environment",
+}
+
+
+def aiplatform_spec(
+    ctx: typer.Context,
+    spec: Path | None,
+    aiplatform: str,
+    config: Path | None,
+    package_path: Path | None,
+    module_name: str | None,
+    name: str | None,
+    gcloud: dict[str, str | None],
+    noted: dict[str, str | None],
+    overrides: list[str],
+) -> Spec:
+    """The spec of `run --aiplatform`: a legacy job's config file, or a gcloud JOB with --config."""
+    from sweeps.spec import spec_from_dict
+
+    # After `--` everything is the module's; Click hands the first word to SPEC.
+    user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
+    job, cfg = (aiplatform, config) if config is not None else (None, Path(aiplatform))
+    if not cfg.is_file():
+        hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
+        raise SpecError(f"AI Platform config not found: {cfg}{hint}")
+    check_hypertune()
+    raw, notes = aiplatform_raw(cfg, job, package_path, module_name, name, user_args, gcloud)
+    for flag, value in noted.items():
+        if value is not None:
+            notes.append(f"{flag} {value}: noted, not used ({IGNORED[flag]})")
+    print_notes(notes)
+    return spec_from_dict(raw, overrides)
+
+
+def spec_or_wandb(
+    extra_args: list[str],
+    spec: Path | None,
+    wandb: Path | None,
+    code_dir: Path | None,
+    config: Path | None,
+    name: str | None,
+    overrides: list[str],
+) -> Spec:
+    """The spec of `run` without --aiplatform: a W&B sweep config with --wandb, else SPEC."""
+    from sweeps.spec import spec_from_dict
+
+    if extra_args:
+        raise SpecError(f"unknown arguments: {' '.join(extra_args)}")
+    if wandb is not None:
+        if spec is not None:
+            raise SpecError("--wandb: takes the place of SPEC; give one or the other")
+        raw, notes = wandb_raw(wandb, code_dir, name)
+        print_notes(notes)
+        return spec_from_dict(raw, overrides)
+    if spec is None:
+        raise SpecError("SPEC: a spec file is required (or --aiplatform CONFIG)")
+    if config is not None:
+        raise SpecError("--config: only with --aiplatform (gcloud's job config)")
+    return load_noting(spec, overrides, name)
+
+
+def print_notes(notes: list[str]) -> None:
+    """What an importer approximated or ignored, on stderr (stdout may carry --json)."""
+    for n in notes:
+        err.print(f"note: {n}", highlight=False, markup=False)
+
+
+def check_hypertune() -> None:
+    """Legacy modules report through cloudml-hypertune: say which extra installs it, up front."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("hypertune") is None:
+        msg = "cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]'"
+        if os.environ.get("RAY_ADDRESS"):
+            err.print(f"note: {msg} (needed on the cluster's workers)", markup=False)
+        else:
+            raise SpecError(f"--aiplatform: {msg}")
+
+
+def aiplatform_raw(
+    config: Path,
+    job: str | None,
+    package_path: Path | None,
+    module_name: str | None,
+    name: str | None,
+    user_args: list[str],
+    gcloud: dict[str, str | None],
+) -> tuple[dict[str, Any], list[str]]:
+    """The native spec (raw dict) of a legacy job, as `run --aiplatform` and
+    `import-aiplatform` both read it."""
+    from sweeps.importers.aiplatform import (
+        apply_gcloud_flags,
+        image_uri,
+        load_config,
+        package_root,
+        sweep_name,
+        to_spec,
+    )
+
+    module = module_name or "trainer.task"
+    data = apply_gcloud_flags(load_config(config), **gcloud)
+    # A custom container holds the module: no host package to find (gcloud needs none either).
+    image = image_uri(data) and package_path is None
+    root = Path.cwd() if image else package_root(package_path, module, config)
+    return to_spec(
+        data,
+        name=name or sweep_name(data, root, module, job),
+        package_path=str(root),
+        module_name=module,
+        user_args=user_args,
+    )
+
+
+def wandb_raw(
+    config: Path, code_dir: Path | None, name: str | None
+) -> tuple[dict[str, Any], list[str]]:
+    from sweeps.importers.wandb import load_config, to_spec
+
+    folder = code_dir if code_dir is not None else config.parent
+    if not folder.is_dir():
+        raise SpecError(f"--code-dir: folder not found: {folder}")
+    return to_spec(
+        load_config(config),
+        name=name,
+        fallback_name=config.stem,
+        code_dir=str(folder.resolve()),
+    )

@@ -1,0 +1,140 @@
+"""Every name sweeps writes into a store, and every module it names as a string.
+
+Optuna study and trial user attributes, MLflow run tags, registry model and version tags, and
+the "module:function" entry points and module paths that no import statement shows. Stores
+written by earlier releases are read with these same strings, so a name here never changes;
+`tests/test_names.py` checks that no other module spells one out.
+"""
+
+from __future__ import annotations
+
+# --- Optuna study attributes: the sweep's record --------------------------------------------
+STATE = "sweeps.state"  # study: sweep state (running, finished, ...); run: trial state
+STOP_REASON = "sweeps.stop_reason"  # why the sweep ended, one line
+WALL_S = "sweeps.wall_s"  # seconds from the command's start to the sweep's close, all drivers
+SPEC = "sweeps.spec"  # the validated spec as JSON; also a tag on the parent run
+OBJECTIVE = "sweeps.objective"  # the objective's metric name (single objective)
+OBJECTIVES = "sweeps.objectives"  # the objectives' metric names, in order
+CREATED = "sweeps.created"  # when the study was made (epoch seconds)
+JOB_ID = "sweeps.job_id"  # the Ray Job that runs the driver of a submitted sweep
+JOB_ADDRESS = "sweeps.job_address"  # the Jobs API address that job was submitted to
+SUBMITTED = "sweeps.submitted"  # when `submit` queued the sweep (epoch seconds)
+JOB_NAME = "sweeps.name"  # the sweep's name in a Ray Job's metadata
+CANCEL_REQUESTED = "sweeps.cancel_requested"  # `cancel` asked; the driver kills its trials
+STOP_REQUESTED = "sweeps.stop_requested"  # `stop` asked; the driver drains
+MLFLOW_EXPERIMENT_ID = "sweeps.mlflow_experiment_id"  # where the sweep's runs are
+MLFLOW_PARENT_RUN_ID = "sweeps.mlflow_parent_run_id"  # the sweep's parent run
+REQUEUED = "sweeps.requeued"  # how many trials a recovery re-queued (not counted in the budget)
+WARM_COUNT = "sweeps.warm_count"  # how many finished trials a warm start copied in
+DRIVER_PREFIX = "sweeps.driver."  # + driver id: that driver's heartbeat (time, host, pid)
+RUN_OF_TRIAL_PREFIX = "sweeps.run_of_trial."  # + trial number: its MLflow run id
+
+# --- Optuna trial attributes ------------------------------------------------------------------
+DRIVER = "sweeps.driver"  # the driver that claimed the trial
+LANE = "sweeps.lane"  # the lane that ran it; also a trial run tag
+SEED = "sweeps.seed"  # its seed; also a trial run tag
+CHECKPOINT = "sweeps.checkpoint"  # its latest persisted checkpoint's path
+CHECKPOINT_STEP = "sweeps.checkpoint_step"  # the step that checkpoint was written at
+ERROR = "sweeps.error"  # the end of its error; also a trial run tag
+RESTARTS = "sweeps.restarts"  # worker-group restarts it survived; also a trial run tag
+REQUEUED_FROM = "sweeps.requeued_from"  # a re-queued trial: the number of the one it continues
+RESUME_CHECKPOINT = "sweeps.resume_checkpoint"  # a re-queued trial: the checkpoint to start from
+RESUME_STEP = "sweeps.resume_step"  # a re-queued trial: that checkpoint's step
+RESUMED_FROM_TRIAL = "sweeps.resumed_from_trial"  # the trial it resumed; also a run tag
+WARM_FROM = "sweeps.warm_from"  # a warm-started trial: "sweep#number" it was copied from
+
+# --- MLflow run tags --------------------------------------------------------------------------
+ROLE = "sweeps.role"  # "sweep" on the parent run, "trial" on a trial's run
+STUDY = "sweeps.study"  # the Optuna study (the sweep's name)
+TRIAL_NUMBER = "sweeps.trial_number"  # the trial's Optuna number
+STORAGE = "sweeps.storage"  # the Optuna storage URL, password masked
+BEST_TRIAL = "sweeps.best_trial"  # the parent run's best trial, at the sweep's end
+WARM_START_FROM = "sweeps.warm_start.from"  # sweeps a warm start read
+WARM_START_NOTES = "sweeps.warm_start.notes"  # what a warm start left out, and why
+PLOT_NOTES = "sweeps.plot_notes"  # plots that could not be drawn, and why
+PROBLEMS = "sweeps.problems"  # what went wrong in a trial that still ended (restarts, lost logs)
+MODEL_ERROR = "sweeps.model_error"  # why a trial's model was not logged
+MODEL_FORMAT = "sweeps.model_format"  # how a logged model was packaged
+DATASET_DIGEST = "sweeps.dataset_digest"  # the training data's digest; also a version tag
+RESUMED_FROM_CHECKPOINT = "sweeps.resumed_from_checkpoint"  # the checkpoint a trial went on from
+PYTHON = "sweeps.python"  # the driver's Python version
+VERSION_PREFIX = "sweeps.version."  # + package: its installed version
+HW_PREFIX = "sweeps.hw."  # + key: the trial's hardware (device, workers, ...)
+
+# --- Trial metadata reported by the built-in trainer --------------------------------------------
+DATASET = "sweeps.dataset"  # the built-in dataset's name
+INPUT_SCALING = "sweeps.input_scaling"  # how inputs were scaled; also a version tag for predict
+
+# --- Model registry tags ----------------------------------------------------------------------
+MANAGED = "sweeps.managed"  # a registered model that sweeps made
+SWEEP = "sweeps.sweep"  # version: the sweep it came from
+TRIAL = "sweeps.trial"  # version: the trial number
+PARAMS = "sweeps.params"  # version: the trial's params as JSON
+METRIC = "sweeps.metric"  # version: the objective's metric name
+METRIC_VALUE = "sweeps.metric_value"  # version: its value
+OBJECTIVE_METRIC = "sweeps.objective_metric"  # version: the metric promotion compared
+DIRECTION = "sweeps.direction"  # version: maximize or minimize
+DECISION = "sweeps.decision"  # version: why `promote` did or did not move the alias
+ROLLBACK = "sweeps.rollback"  # version: what a rollback did
+RUN_ID = "sweeps.run_id"  # version: the trial's MLflow run
+COST_USD = "sweeps.cost_usd"  # version: the trial's cost
+ALIAS_HISTORY_PREFIX = "sweeps.alias_history."  # + alias: the versions it pointed at
+PROMOTION_PREFIX = "sweeps.promotion."  # + "model.vN": the decision, on the parent run
+
+# --- Keys inside a trial's trainer settings ---------------------------------------------------
+PROGRAM_SETTINGS = "sweeps.program"  # program mode's command and collector
+
+# --- Modules named as strings (entry points imported on workers, processes started with -m) ----
+PROGRAM_ENTRYPOINT = "sweeps.worker.program:run_program"
+AIPLATFORM_ENTRYPOINT = "sweeps.importers.aiplatform:run_module"
+NOTEBOOK_ENTRYPOINT = "sweeps.notebook:train_function"
+BUILTIN_ENTRYPOINT = "trainer.loop:train"
+JOBS_MODULE = "sweeps.jobs"  # a submitted sweep's driver: python -m, or forked by the zygote
+ZYGOTE_MODULE = "sweeps.service.zygote"  # the service's driver forker: python -m
+# What the zygote imports before it forks a driver.
+DRIVER_WARM_MODULES = ("sweeps.spec", "sweeps.driver.assemble")
+# Entry points that earlier releases stored in specs, and what they are now.
+LEGACY_ENTRYPOINTS = {
+    "sweeps.program:run_program": PROGRAM_ENTRYPOINT,
+    "sweeps.aiplatform:run_module": AIPLATFORM_ENTRYPOINT,
+}
+
+
+def run_of_trial(number: int) -> str:
+    """Study attribute: the MLflow run id of trial `number`."""
+    return f"{RUN_OF_TRIAL_PREFIX}{number}"
+
+
+def driver_beat(driver_id: str) -> str:
+    """Study attribute: a driver's heartbeat."""
+    return f"{DRIVER_PREFIX}{driver_id}"
+
+
+def requested(kind: str) -> str:
+    """Study attribute: a `stop` or `cancel` request."""
+    return {"stop": STOP_REQUESTED, "cancel": CANCEL_REQUESTED}[kind]
+
+
+def hw(key: str) -> str:
+    """Trial run tag: one fact of the trial's hardware."""
+    return f"{HW_PREFIX}{key}"
+
+
+def version(package: str) -> str:
+    """Run tag: an installed package's version."""
+    return f"{VERSION_PREFIX}{package}"
+
+
+def alias_history(alias: str) -> str:
+    """Registered model tag: the versions an alias pointed at."""
+    return f"{ALIAS_HISTORY_PREFIX}{alias}"
+
+
+def promotion(model: str, version_: int | str) -> str:
+    """Parent run tag: a promotion's decision for one model version."""
+    return f"{PROMOTION_PREFIX}{model}.v{version_}"
+
+
+def entrypoint(name: str) -> str:
+    """Where an entry point lives now (a stored one may name a module that has moved)."""
+    return LEGACY_ENTRYPOINTS.get(name, name)

@@ -1,0 +1,68 @@
+"""A sweep's summary from its study: trials by state, the best trial, and the final word on
+how it ended (a sweep whose every trial failed did not finish, whatever stopped it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sweeps.common.errors import one_line
+from sweeps.contracts import names
+from sweeps.contracts.records import SweepSummary
+
+
+def counts(study: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def counts_text(c: dict[str, int]) -> str:
+    """'complete 9, pruned 3': the counts as the terminal and the driver's log show them."""
+    return ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())) or "no trials"
+
+
+def summarize(study: Any, name: str, state: Any, book: Any, wall_s: float) -> SweepSummary:
+    """The summary of a sweep that ended in `state`; spend is this driver's (the book's)."""
+    c = counts(study)
+    best_n = best_v = None
+    if len(study.directions) == 1 and c.get("COMPLETE"):
+        best = study.best_trial
+        best_n, best_v = best.number, best.value
+    spend = book.spend()
+    return SweepSummary(
+        name,
+        state.name,
+        state.reason,
+        c,
+        best_n,
+        best_v,
+        wall_s,
+        cost_usd=spend.cost_usd,
+        gpu_hours=spend.gpu_hours,
+        trial_seconds=spend.trial_seconds,
+    )
+
+
+def all_failed(c: dict[str, int], first_error: str) -> str | None:
+    """Pure: why a sweep is failed because every trial of its study failed, or None."""
+    if not c.get("FAIL") or c.get("COMPLETE") or c.get("PRUNED"):
+        return None
+    first = one_line(first_error or "see `sweeps show`", 300)
+    return f"all {c['FAIL']} trials failed; first error: {first}"
+
+
+def record(study: Any, s: SweepSummary) -> None:
+    """How the sweep ended, kept in the study for `ls` / `show`; wall time adds up over the
+    drivers that ran it (a resumed sweep's wall includes both runs)."""
+    before = study.user_attrs.get(names.WALL_S)
+    wall = s.wall_s + (float(before) if isinstance(before, int | float) else 0.0)
+    study.set_user_attr(names.STATE, s.state)
+    study.set_user_attr(names.STOP_REASON, s.reason)
+    study.set_user_attr(names.WALL_S, round(wall, 3))
+
+
+def conclude(study: Any, name: str, status: Any, book: Any, wall_s: float) -> SweepSummary:
+    """Settle the sweep's terminal state (`status.end`) and summarize it."""
+    failed = all_failed(counts(study), book.first_error())
+    return summarize(study, name, status.end(failed), book, wall_s)

@@ -1,0 +1,231 @@
+"""Legacy AI Platform (Cloud ML Engine) hyperparameter jobs, run unchanged.
+
+`to_spec` maps a job's `trainingInput` to a native spec (pure); `package_root`, `sweep_name` and
+`apply_gcloud_flags` read gcloud's command line as gcloud does. `run_module` is the entrypoint
+each Ray Train worker runs for such a trial: the user's module as a subprocess (program mode's
+runner) with the params as `--name=value` flags, `--job-dir`, and torch.distributed variables;
+the metric is read the way AI Platform read it, from what `cloudml-hypertune` writes to
+`CLOUD_ML_HP_METRIC_FILE`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sweeps.common.errors import SpecError
+from sweeps.contracts import names
+
+ALGORITHMS = {"GRID_SEARCH": "grid", "RANDOM_SEARCH": "random", "ALGORITHM_UNSPECIFIED": "tpe"}
+TIERS = {"BASIC": "n1-standard-4", "STANDARD_1": "n1-standard-8", "BASIC_GPU": "n1-standard-8-t4"}
+
+
+def _param(p: dict[str, Any], i: int) -> tuple[str, dict[str, Any], str | None]:
+    where = f"trainingInput.hyperparameters.params[{i}]"
+    name = p.get("parameterName")
+    if not name:
+        raise SpecError(f"{where}.parameterName: required")
+    kind = p.get("type")
+    scale = p.get("scaleType", "UNIT_LINEAR_SCALE")
+    note = None
+    if kind in ("DOUBLE", "INTEGER"):
+        if "minValue" not in p or "maxValue" not in p:
+            raise SpecError(f"{where}: {kind} needs minValue and maxValue")
+        out: dict[str, Any] = {
+            "type": "float" if kind == "DOUBLE" else "int",
+            "low": p["minValue"],
+            "high": p["maxValue"],
+        }
+        if scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE"):
+            out["log"] = True
+            if scale == "UNIT_REVERSE_LOG_SCALE":
+                note = f"{name}: UNIT_REVERSE_LOG_SCALE searched on a log scale"
+        return name, out, note
+    if kind == "CATEGORICAL":
+        return (
+            name,
+            {"type": "categorical", "choices": list(p.get("categoricalValues") or [])},
+            None,
+        )
+    if kind == "DISCRETE":
+        return name, {"type": "categorical", "choices": list(p.get("discreteValues") or [])}, None
+    raise SpecError(f"{where}.type: unknown type {kind!r} (DOUBLE, INTEGER, CATEGORICAL, DISCRETE)")
+
+
+def to_spec(
+    config: dict[str, Any],
+    *,
+    name: str,
+    package_path: str,
+    module_name: str,
+    user_args: list[str] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """AI Platform job config -> (raw native spec, notes on what was approximated)."""
+    from tracking.costs import machines
+
+    ti = config.get("trainingInput")
+    if not isinstance(ti, dict):
+        raise SpecError("trainingInput: required (an AI Platform job config)")
+    hp = ti.get("hyperparameters") or {}
+    if not hp.get("params"):
+        raise SpecError("trainingInput.hyperparameters.params: at least one parameter")
+    notes: list[str] = []
+    space = {}
+    for i, p in enumerate(hp["params"]):
+        pname, dist, note = _param(p, i)
+        space[pname] = dist
+        if note:
+            notes.append(note)
+    goal = str(hp.get("goal", "MAXIMIZE")).upper()
+    tag = hp.get("hyperparameterMetricTag") or "training/hptuning/metric"
+    machine = ti.get("masterType") or TIERS.get(ti.get("scaleTier", "BASIC"), "n1-standard-4")
+    if machine not in machines():
+        notes.append(f"machine type {machine} is not in the price table: costed as 'local'")
+        machine = "local"
+    accel = (ti.get("masterConfig") or {}).get("acceleratorConfig") or {}
+    algorithm = ALGORITHMS.get(str(hp.get("algorithm", "ALGORITHM_UNSPECIFIED")))
+    if algorithm is None:
+        raise SpecError(f"trainingInput.hyperparameters.algorithm: unknown {hp.get('algorithm')!r}")
+    spec = {
+        "name": name,
+        "objective": {"metric": tag, "direction": "maximize" if goal == "MAXIMIZE" else "minimize"},
+        "search_space": space,
+        "sampler": {"name": algorithm},
+        "pruner": {"name": "median" if hp.get("enableTrialEarlyStopping") else "none"},
+        "budget": {
+            "trials": int(hp.get("maxTrials", 1)),
+            "parallel": int(hp.get("maxParallelTrials", 1)),
+            "max_failed_trials": hp.get("maxFailedTrials"),
+        },
+        "resources": {
+            "workers": 1 + int(ti.get("workerCount", 0)),
+            "machine_type": machine,
+        },
+        "trainer": {
+            "entrypoint": names.AIPLATFORM_ENTRYPOINT,
+            "code_dir": str(Path(package_path).resolve()),
+            "params": {
+                "module_name": module_name,
+                "user_args": list(user_args or []),
+                "metric_tag": tag,
+                "package_path": str(Path(package_path).resolve()),
+                "param_names": list(space),
+            },
+        },
+    }
+    if spec["budget"]["max_failed_trials"] is None:
+        del spec["budget"]["max_failed_trials"]
+    if accel.get("count"):
+        spec["resources"]["gpus_per_worker"] = float(accel["count"])
+    image = image_uri(config)
+    if image:  # a custom container: the module is in the image, not in a host folder
+        spec["resources"]["image"] = image
+        del spec["trainer"]["code_dir"]
+        spec["trainer"]["params"]["package_path"] = ""
+        notes.append(f"masterConfig.imageUri {image}: each trial's workers run in it (podman)")
+    return spec, notes
+
+
+def image_uri(config: dict[str, Any]) -> str | None:
+    """The job's custom container (`masterConfig.imageUri`, or gcloud's --master-image-uri)."""
+    ti = config.get("trainingInput") or {}
+    return (
+        ((ti.get("masterConfig") or {}).get("imageUri") or None) if isinstance(ti, dict) else None
+    )
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    from sweeps.spec.load import read_mapping
+
+    return read_mapping(path, "AI Platform config", "a mapping with trainingInput")
+
+
+# ----- gcloud's command line ------------------------------------------------------------------
+def package_root(package_path: str | Path | None, module_name: str, config: Path | None) -> Path:
+    """The folder `python -m MODULE` runs in (the package's parent).
+
+    `--package-path` is the package folder itself, as in gcloud (`--package-path trainer/`); its
+    parent folder works too. Without it the package is looked for next to the job config, then
+    in the current folder.
+    """
+    top = module_name.split(".")[0]
+    if package_path is not None:
+        given = Path(package_path)
+        if not given.is_dir():
+            raise SpecError(f"--package-path: folder not found: {given}")
+        places = [given.resolve()]
+    else:
+        places = [p.resolve() for p in (config.parent if config else None, Path.cwd()) if p]
+    for place in places:
+        roots = ([place.parent] if place.name == top else []) + [place]
+        for root in roots:
+            if _has_module(root, module_name):
+                return root
+    if package_path is not None:
+        raise SpecError(
+            f"--package-path {package_path}: module {module_name} not found "
+            f"(give the package folder, e.g. {top}/, or the folder that holds it)"
+        )
+    where = " or ".join(str(p) for p in dict.fromkeys(places))
+    raise SpecError(f"--package-path: not given, and no package '{top}' in {where}")
+
+
+def _has_module(root: Path, module_name: str) -> bool:
+    rel = root.joinpath(*module_name.split("."))
+    return rel.with_suffix(".py").is_file() or (rel / "__main__.py").is_file()
+
+
+def sweep_name(config: dict[str, Any], root: Path, module_name: str, job: str | None) -> str:
+    """The job's name (gcloud's JOB argument, or `jobId` in the config), else the project's
+    folder: never the config file's stem, which is nearly always "config"."""
+    for candidate in (job, config.get("jobId"), root.name, module_name.split(".")[0]):
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(candidate or "")).strip("-._")[:100]
+        if name:
+            return name
+    return "aiplatform"
+
+
+def apply_gcloud_flags(
+    config: dict[str, Any],
+    *,
+    scale_tier: str | None,
+    master_machine_type: str | None,
+    master_image_uri: str | None = None,
+) -> dict[str, Any]:
+    """gcloud's --scale-tier / --master-machine-type / --master-image-uri override the config,
+    as they do there."""
+    ti = dict(config.get("trainingInput") or {})
+    if scale_tier:
+        ti["scaleTier"] = scale_tier.upper().replace("-", "_")
+    if master_machine_type:
+        ti["masterType"] = master_machine_type
+        ti.setdefault("scaleTier", "CUSTOM")
+    if master_image_uri:
+        ti["masterConfig"] = {**(ti.get("masterConfig") or {}), "imageUri": master_image_uri}
+    return {**config, "trainingInput": ti} if ti else config
+
+
+# ----- on the workers -------------------------------------------------------------------------
+def run_module(config: dict[str, Any]) -> dict[str, Any] | None:
+    """Run the user's module on this worker as AI Platform did: `python -m MODULE --name=value
+    ... --job-dir=DIR USER_ARGS`, metrics from cloudml-hypertune (program mode's runner)."""
+    from sweeps.worker import program
+
+    names = list(config.get("param_names", []))
+    settings = {
+        "command": [
+            "${interpreter}",
+            "-m",
+            config["module_name"],
+            "${args}",
+            "--job-dir=${trial_dir}",
+        ],
+        "append": list(config.get("user_args", [])),  # verbatim: no macros in the user's args
+        "code_dir": config["package_path"],
+        "metrics": {"collector": "hypertune"},
+        "objectives": [config["metric_tag"]],
+        "param_names": names,
+        "cpus_per_worker": config.get("cpus_per_worker", 1.0),
+    }
+    return program.run_script(settings, {n: config[n] for n in names if n in config})
