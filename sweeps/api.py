@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import paths
+from sweeps.common import names, paths
 from sweeps.common.errors import SpecError
-from sweeps.contracts import names
 from sweeps.contracts.observers import SweepObserver
 from sweeps.contracts.records import SweepOutcome
 from sweeps.queries import compare, describe, logs, ls, show

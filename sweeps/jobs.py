@@ -27,9 +27,8 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sweeps.common import paths
+from sweeps.common import names, paths
 from sweeps.common.errors import NotFoundError
-from sweeps.contracts import names
 from sweeps.service import local as service
 
 if TYPE_CHECKING:  # not imported at run time: the job's supervisor starts the driver sooner

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import SpecError
-from sweeps.contracts import names
 from sweeps.contracts.records import SweepOutcome
 from sweeps.spec import Spec, load_spec, spec_from_dict
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import paths
+from sweeps.common import names, paths
 from sweeps.common.errors import NotFoundError
-from sweeps.contracts import names
 from sweeps.search.study import run_id_of
 
 

@@ -3,7 +3,7 @@
 `fixtures/legacy_store.tar.gz` was made by that release (`fixtures/make_legacy_store.py`): a
 4-trial sweep whose driver was SIGKILLed with 2 trials complete and a third RUNNING with a
 checkpoint at step 1. Every name in it (study and trial attributes, MLflow tags) is read by
-today's code through `sweeps.contracts.names`.
+today's code through `sweeps.common.names`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 from mlflow.tracking import MlflowClient
 
-from sweeps.contracts import names
+from sweeps.common import names
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_store.tar.gz"
 HOME = "/tmp/sweeps-legacy-store"  # where it was written: stores hold absolute paths

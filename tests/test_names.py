@@ -1,4 +1,4 @@
-"""One registry of names (`sweeps.contracts.names`): no other module spells out a name sweeps
+"""One registry of names (`sweeps.common.names`): no other module spells out a name sweeps
 writes into Optuna or MLflow, or a module path that no import shows, and every module path it
 names exists (a moved module would otherwise fail only when a worker or the zygote imports it)."""
 
@@ -10,10 +10,10 @@ import re
 
 from conftest import ROOT
 
-from sweeps.contracts import names
+from sweeps.common import names
 
 PACKAGES = ("sweeps", "trainer", "tracking")
-REGISTRY = ROOT / "sweeps" / "contracts" / "names.py"
+REGISTRY = ROOT / "sweeps" / "common" / "names.py"
 # A string that starts with a name of ours, or quotes one inside it (an MLflow search filter).
 SPELLED = re.compile(r"(^|[`'\"])sweeps\.\w")
 

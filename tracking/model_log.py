@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.contracts.protocol import TrialResult
 
 # How models are saved, as a tag on the LoggedModel and on registered versions.

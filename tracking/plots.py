@@ -13,9 +13,8 @@ import threading
 import warnings
 from typing import Any
 
-from sweeps.common import timeline
+from sweeps.common import names, timeline
 from sweeps.common.errors import one_line
-from sweeps.contracts import names
 from sweeps.contracts.observers import SweepObserver, Tracker
 from sweeps.contracts.records import SweepContext, SweepSummary
 

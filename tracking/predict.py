@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import NotFoundError, SpecError, one_line
-from sweeps.contracts import names
 
 
 def model_version_ref(ref: str) -> tuple[str, str | None, str | None] | None:

@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
-from sweeps.contracts import names
 from tracking.model_log import FORMAT_TAG, OUTPUTS
 
 

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Any
 
-from sweeps.contracts import names
+from sweeps.common import names
 
 NOTE_TAG = "mlflow.note.content"
 

@@ -8,8 +8,8 @@ import platform
 import subprocess
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.redact import redact_mapping
-from sweeps.contracts import names
 
 
 def sweep_params(spec: Any) -> dict[str, Any]:

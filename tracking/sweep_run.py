@@ -15,9 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from sweeps.common import paths
+from sweeps.common import names, paths
 from sweeps.common.redact import mask_url, redacted_spec_yaml
-from sweeps.contracts import names
 from sweeps.contracts.records import SweepContext, SweepSummary
 from tracking.mlflow_compat import system_metrics_monitor
 from tracking.runinfo import code_tags, sweep_params

@@ -15,10 +15,9 @@ import threading
 import time
 from typing import Any
 
-from sweeps.common import paths, timeline
+from sweeps.common import names, paths, timeline
 from sweeps.common.errors import one_line
 from sweeps.common.redact import redact_mapping
-from sweeps.contracts import names
 from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
 from tracking import mlflow_compat, model_log
 from tracking.batches import Batch, TrialBatches

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.worker import runtime
 from trainer.data import DatasetBundle, augment_cifar, load_dataset
 from trainer.models import arch_params, build_model, param_count

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.contracts.observers import SweepObserver
 from sweeps.contracts.records import SweepContext, SweepSummary, TrialEnd, TrialRecord
 

@@ -26,6 +26,7 @@ from sweeps.cli.sources import (
     spec_or_wandb,
     wandb_raw,
 )
+from sweeps.common import names
 from sweeps.common.errors import SpecError, one_line
 
 if TYPE_CHECKING:
@@ -224,6 +225,36 @@ def import_wandb(
     spec_from_dict(raw)  # what it prints validates
     print_notes(notes)
     print(yaml.safe_dump(raw, sort_keys=False), end="")
+
+
+@app.command("import")
+def import_config(
+    kind: str = typer.Argument(..., help="The tool: " + ", ".join(names.IMPORTERS) + "."),
+    config: Path = typer.Argument(..., help="Its config file."),
+    name: str | None = typer.Option(None, help="Sweep name (default: the config's)."),
+) -> None:
+    """Print the native spec equivalent to another tool's config."""
+    import yaml
+
+    from sweeps.spec import spec_from_dict
+
+    if kind not in names.IMPORTERS:
+        raise SpecError(f"KIND: no importer {kind!r} (one of: {', '.join(names.IMPORTERS)})")
+    if not config.is_file():
+        raise SpecError(f"CONFIG: file not found: {config}")
+    importer = importer_class(kind)()
+    raw, notes = importer.to_spec(importer.read(config), source=config, name=name)
+    spec_from_dict(raw)  # what it prints validates
+    print_notes(notes)
+    print(yaml.safe_dump(raw, sort_keys=False), end="")
+
+
+def importer_class(kind: str) -> Any:
+    """The Importer subclass registered for `kind` (`sweeps.common.names.IMPORTERS`)."""
+    import importlib
+
+    module, _, attr = names.IMPORTERS[kind].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _read_enqueue(path: Path) -> list[dict[str, Any]]:

@@ -16,8 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from sweeps.common import timeline
-from sweeps.contracts import names
+from sweeps.common import names, timeline
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import (
     Assignment,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.contracts.protocol import TrialResult
 from sweeps.contracts.records import TrialRecord
 from sweeps.driver.trial_config import trial_config, trial_resources, trial_seed

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.redact import redacted_spec_yaml
-from sweeps.contracts import names
 from sweeps.contracts.observers import Tracker
 from sweeps.contracts.records import SweepContext
 from sweeps.search import study as st

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import UserArtifact, UserMetrics
 from sweeps.contracts.records import SweepContext, TrialRecord

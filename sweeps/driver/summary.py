@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import one_line
-from sweeps.contracts import names
 from sweeps.contracts.records import SweepSummary
 
 

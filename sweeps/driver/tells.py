@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.contracts.observers import Tracker
 from sweeps.contracts.records import TrialRecord
 from sweeps.search import study as st

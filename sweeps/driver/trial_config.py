@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.common import paths
-from sweeps.contracts import names
+from sweeps.common import names, paths
 from sweeps.contracts.protocol import TrainerSettings, WarmUp
 from sweeps.spec import Spec
 

@@ -20,8 +20,8 @@ import time
 import traceback
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import ProtocolError
-from sweeps.contracts import names
 from sweeps.contracts.protocol import Assignment, Stop, TrainerSettings, TrialResult, WarmUp
 from sweeps.worker import runtime
 

@@ -14,8 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import SpecError
-from sweeps.contracts import names
+from sweeps.importers.base import Importer
 
 ALGORITHMS = {"GRID_SEARCH": "grid", "RANDOM_SEARCH": "random", "ALGORITHM_UNSPECIFIED": "tpe"}
 TIERS = {"BASIC": "n1-standard-4", "STANDARD_1": "n1-standard-8", "BASIC_GPU": "n1-standard-8-t4"}
@@ -204,6 +205,30 @@ def apply_gcloud_flags(
     if master_image_uri:
         ti["masterConfig"] = {**(ti.get("masterConfig") or {}), "imageUri": master_image_uri}
     return {**config, "trainingInput": ti} if ti else config
+
+
+class AIPlatformImporter(Importer):
+    """A legacy AI Platform job config (trainingInput); its package sits next to it, and its
+    module is `trainer.task`, as in Google's samples."""
+
+    name = "aiplatform"
+    reads = "a legacy AI Platform job config (trainingInput, YAML)"
+    module = "trainer.task"
+
+    def read(self, path: Path) -> dict[str, Any]:
+        return load_config(path)
+
+    def to_spec(
+        self, config: dict[str, Any], *, source: Path, name: str | None = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        root = Path.cwd() if image_uri(config) else package_root(None, self.module, source)
+        return to_spec(
+            config,
+            name=name or sweep_name(config, root, self.module, None),
+            package_path=str(root),
+            module_name=self.module,
+            user_args=[],
+        )
 
 
 # ----- on the workers -------------------------------------------------------------------------

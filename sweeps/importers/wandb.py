@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.common.errors import SpecError
+from sweeps.importers.base import Importer
 
 METHODS = {"grid": "grid", "random": "random", "bayes": "tpe"}
 TOP_KEYS = (
@@ -313,3 +314,19 @@ def to_spec(
         "trainer": trainer,
     }
     return spec, notes
+
+
+class WandbImporter(Importer):
+    """A W&B sweep config; the program it runs sits next to it."""
+
+    name = "wandb"
+    reads = "a W&B sweep config (YAML)"
+
+    def read(self, path: Path) -> dict[str, Any]:
+        return load_config(path)
+
+    def to_spec(
+        self, config: dict[str, Any], *, source: Path, name: str | None = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        code_dir = str(source.parent.resolve())
+        return to_spec(config, name=name, fallback_name=source.stem, code_dir=code_dir)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.search.outage import outage_tolerant
 from sweeps.search.study import fresh_study_attrs, storage_engine
 

@@ -6,10 +6,12 @@ it, rather than a TypeError deep inside Optuna.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from sweeps.common import names
 from sweeps.common.errors import SpecError, one_line
 from sweeps.search import space
 from sweeps.spec import PrunerSpec, Spec
@@ -30,19 +32,17 @@ def _build(cls: Any, where: str, options: dict[str, Any], **fixed: Any) -> Any:
         raise SpecError(f"{where}.options: {one_line(err, 2000)}") from None
 
 
-def _sampler_classes() -> dict[str, Any]:
-    import optuna
+def _classes(table: dict[str, str]) -> dict[str, Any]:
+    """An extension table's classes by name (`sweeps.common.names`)."""
+    out = {}
+    for name, target in table.items():
+        module, _, attr = target.partition(":")
+        out[name] = getattr(importlib.import_module(module), attr)
+    return out
 
-    S = optuna.samplers  # noqa: N806
-    return {
-        "tpe": S.TPESampler,
-        "random": S.RandomSampler,
-        "grid": S.GridSampler,
-        "cmaes": S.CmaEsSampler,
-        "gp": S.GPSampler,
-        "nsga2": S.NSGAIISampler,
-        "qmc": S.QMCSampler,
-    }
+
+def _sampler_classes() -> dict[str, Any]:
+    return _classes(names.SAMPLERS)
 
 
 def sampler_option_names(name: str) -> set[str]:
@@ -53,17 +53,7 @@ def sampler_option_names(name: str) -> set[str]:
 
 
 def _pruner_classes() -> dict[str, Any]:
-    import optuna
-
-    P = optuna.pruners  # noqa: N806
-    return {
-        "median": P.MedianPruner,
-        "percentile": P.PercentilePruner,
-        "successive_halving": P.SuccessiveHalvingPruner,
-        "hyperband": P.HyperbandPruner,
-        "patient": P.PatientPruner,
-        "none": P.NopPruner,
-    }
+    return _classes(names.PRUNERS)
 
 
 def pruner_option_names(name: str) -> set[str]:
@@ -115,28 +105,18 @@ def make_sampler(spec: Spec) -> optuna.samplers.BaseSampler:
     import optuna
 
     s = spec.sampler
-    seed = {"seed": s.seed}
+    cls = _sampler_classes()[s.name]
+    # A strategy without a seed (one of a user's) is built without one.
+    seed = {"seed": s.seed} if "seed" in inspect.signature(cls).parameters else {}
     if s.name == "tpe":
         options = tpe_options(spec)
         with warnings.catch_warnings():
             if "group" not in s.options:  # our default, not the user's: no experimental warning
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return _build(optuna.samplers.TPESampler, "sampler", options, **seed)
-    if s.name == "random":
-        return _build(optuna.samplers.RandomSampler, "sampler", s.options, **seed)
+            return _build(cls, "sampler", options, **seed)
     if s.name == "grid":
-        return _build(
-            optuna.samplers.GridSampler, "sampler", s.options, search_space=space.grid(spec), **seed
-        )
-    if s.name == "cmaes":
-        return _build(optuna.samplers.CmaEsSampler, "sampler", s.options, **seed)
-    if s.name == "gp":
-        return _build(optuna.samplers.GPSampler, "sampler", s.options, **seed)
-    if s.name == "nsga2":
-        return _build(optuna.samplers.NSGAIISampler, "sampler", s.options, **seed)
-    if s.name == "qmc":
-        return _build(optuna.samplers.QMCSampler, "sampler", s.options, **seed)
-    raise SpecError(f"sampler.name: unknown sampler '{s.name}'")
+        return _build(cls, "sampler", s.options, search_space=space.grid(spec), **seed)
+    return _build(cls, "sampler", s.options, **seed)
 
 
 def tpe_options(spec: Spec) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import operator
 import re
 from typing import Any
 
+from sweeps.common import names
 from sweeps.common.errors import NotFoundError, SpecError
-from sweeps.contracts import names
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 _COND = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*([-+0-9.eE]+)\s*$")

@@ -13,10 +13,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from sweeps.common import names
 from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
 from sweeps.common.paths import ensure_local_dirs
 from sweeps.common.redact import mask_url
-from sweeps.contracts import names
 from sweeps.search.outage import outage_tolerant
 
 if TYPE_CHECKING:

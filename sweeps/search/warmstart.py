@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.contracts import names
+from sweeps.common import names
 from sweeps.search.study import distribution_contains
 from sweeps.spec import CategoricalParam, FloatParam, IntParam, Spec
 

@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import paths
+from sweeps.common import names, paths
 from sweeps.common.errors import ServiceError, SpecError, one_line
-from sweeps.contracts import names
 from sweeps.service import daemons
 
 

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, NoReturn
 
-from sweeps.contracts import names
+from sweeps.common import names
 
 # What every driver imports before its first trial (and nothing that starts threads): named,
 # not imported here, since the zygote only loads them for the drivers it forks.

@@ -12,15 +12,26 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from sweeps.common import names
 from sweeps.common.errors import SpecError
 from sweeps.spec.command import DEFAULT_COMMAND, check_command
 from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, Param, _Model
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "nsga2", "qmc")
-PRUNERS = ("median", "percentile", "successive_halving", "hyperband", "patient", "none")
+SAMPLERS = tuple(names.SAMPLERS)
+PRUNERS = tuple(names.PRUNERS)
 MODELS = ("mlp", "cnn", "resnet")
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def registered(table: dict[str, str], value: str) -> str:
+    """A name from one of the extension tables (`sweeps.common.names`), checked as a Literal
+    of the table's names would be, with the same message."""
+    if value not in table:
+        quoted = [repr(k) for k in table]
+        choices = ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+        raise ValueError(f"unknown value {value!r}; input should be {choices}")
+    return value
 
 
 class Objective(_Model):
@@ -29,18 +40,26 @@ class Objective(_Model):
 
 
 class SamplerSpec(_Model):
-    name: Literal["tpe", "random", "grid", "cmaes", "gp", "nsga2", "qmc"] = "tpe"
+    name: str = "tpe"  # a key of names.SAMPLERS
     seed: int | None = None
     options: dict[str, Any] = {}
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return registered(names.SAMPLERS, v)
+
 
 class PrunerSpec(_Model):
-    name: Literal["median", "percentile", "successive_halving", "hyperband", "patient", "none"] = (
-        "median"
-    )
+    name: str = "median"  # a key of names.PRUNERS
     options: dict[str, Any] = {}
     # `patient` wraps another pruner: {name: patient, wraps: {name: median}, options: {patience: 2}}
     wraps: PrunerSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return registered(names.PRUNERS, v)
 
 
 class Budget(_Model):
@@ -92,13 +111,18 @@ class Resources(_Model):
 class MetricsSpec(_Model):
     """Where program mode reads a script's metrics (see `sweeps.worker.collectors`)."""
 
-    collector: Literal["stdout", "file", "hypertune", "tensorboard"] = "stdout"
+    collector: str = "stdout"  # a key of names.COLLECTORS
     # stdout: groups (name, value) per match, Katib's style, or one group: the objective's value.
     regex: str | None = None
     # file: a JSON object or JSON-lines file, relative to the trial dir (default metrics.json).
     path: str | None = None
     # Keep only these metrics (the objective is always kept).
     names: list[str] | None = Field(None, min_length=1)
+
+    @field_validator("collector")
+    @classmethod
+    def _collector(cls, v: str) -> str:
+        return registered(names.COLLECTORS, v)
 
     @field_validator("regex")
     @classmethod

@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import paths
-from sweeps.contracts import names
+from sweeps.common import names, paths
 from sweeps.spec.command import expand, missing_files
 from sweeps.worker import collectors, runtime
 from sweeps.worker.procgroup import Script

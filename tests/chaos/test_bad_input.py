@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sweeps.cli import app
+from sweeps.common import names
 from sweeps.search.samplers import sampler_option_names
-from sweeps.spec.models import Budget, PrunerSpec, SamplerSpec, TrainerSpec
+from sweeps.spec.models import Budget, TrainerSpec
 
 BASE = {
     "name": "ok",
@@ -35,8 +36,8 @@ BASE = {
 word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=3, max_size=12)
 # Hypothesis also draws the string constants it finds in our source ("hard", "file", "tpe"), so
 # each strategy below leaves out the words that would make a valid spec.
-SAMPLERS = get_args(SamplerSpec.model_fields["name"].annotation)
-PRUNERS = get_args(PrunerSpec.model_fields["name"].annotation)
+SAMPLERS = tuple(names.SAMPLERS)
+PRUNERS = tuple(names.PRUNERS)
 MODELS = get_args(TrainerSpec.model_fields["model"].annotation)
 DATASETS = get_args(TrainerSpec.model_fields["dataset"].annotation)
 bad_int = st.one_of(

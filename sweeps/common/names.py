@@ -100,6 +100,41 @@ LEGACY_ENTRYPOINTS = {
 }
 
 
+# --- Extension tables: the name a spec or command uses -> "module:Class" that implements it ----
+# Program mode's metric collectors: subclasses of sweeps.worker.collectors.base.Collector.
+COLLECTORS = {
+    "stdout": "sweeps.worker.collectors.stdout:StdoutCollector",
+    "file": "sweeps.worker.collectors.file:FileCollector",
+    "hypertune": "sweeps.worker.collectors.hypertune:HypertuneCollector",
+    "tensorboard": "sweeps.worker.collectors.tensorboard:TensorboardCollector",
+}
+# Search strategies: subclasses of optuna.samplers.BaseSampler; a spec's `sampler.options` are
+# the class's keyword arguments.
+SAMPLERS = {
+    "tpe": "optuna.samplers:TPESampler",
+    "random": "optuna.samplers:RandomSampler",
+    "grid": "optuna.samplers:GridSampler",
+    "cmaes": "optuna.samplers:CmaEsSampler",
+    "gp": "optuna.samplers:GPSampler",
+    "nsga2": "optuna.samplers:NSGAIISampler",
+    "qmc": "optuna.samplers:QMCSampler",
+}
+# Pruners: subclasses of optuna.pruners.BasePruner.
+PRUNERS = {
+    "median": "optuna.pruners:MedianPruner",
+    "percentile": "optuna.pruners:PercentilePruner",
+    "successive_halving": "optuna.pruners:SuccessiveHalvingPruner",
+    "hyperband": "optuna.pruners:HyperbandPruner",
+    "patient": "optuna.pruners:PatientPruner",
+    "none": "optuna.pruners:NopPruner",
+}
+# Other tools' configs: subclasses of sweeps.importers.base.Importer (`sweeps import NAME FILE`).
+IMPORTERS = {
+    "wandb": "sweeps.importers.wandb:WandbImporter",
+    "aiplatform": "sweeps.importers.aiplatform:AIPlatformImporter",
+}
+
+
 def run_of_trial(number: int) -> str:
     """Study attribute: the MLflow run id of trial `number`."""
     return f"{RUN_OF_TRIAL_PREFIX}{number}"
