@@ -64,8 +64,8 @@ class Driver:
             self.driver_id,
             trainer,
             self.running,
+            self.clock,
         )
-        self.book.clock = self.clock
         self.pool.clock = self.clock  # lane start-up times, on the clock the trials use
         self.pulse = liveness.Pulse(self.study, self.driver_id, self.started)
         self._restore: Callable[[], None] = lambda: None
@@ -197,7 +197,7 @@ class Driver:
                 msg = one_line(lane.error) if lane.error else "lane ended while the trial ran"
                 self.book.fail(key, f"worker group failed: {msg}")
             if self.pool.too_many_deaths():
-                self.status.fail(f"{self.pool.deaths} lanes failed: {one_line(lane.error)}")
+                self.status.fail(f"{self.pool.lanes_lost()} lanes failed: {one_line(lane.error)}")
             self._replace()
 
     def _replace(self) -> None:

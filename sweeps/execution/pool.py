@@ -222,6 +222,10 @@ class LanePool:
     def too_many_deaths(self) -> bool:
         return self.deaths >= self.max_deaths
 
+    def lanes_lost(self) -> int:
+        """Lanes that died while they could run trials."""
+        return self.deaths
+
     def recycle_reason(self, lane: Lane) -> str | None:
         return self.recycle.reason(lane)
 
