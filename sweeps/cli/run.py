@@ -251,10 +251,7 @@ def import_config(
 
 def importer_class(kind: str) -> Any:
     """The Importer subclass registered for `kind` (`sweeps.common.names.IMPORTERS`)."""
-    import importlib
-
-    module, _, attr = names.IMPORTERS[kind].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return names.load(names.IMPORTERS[kind])
 
 
 def _read_enqueue(path: Path) -> list[dict[str, Any]]:

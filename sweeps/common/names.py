@@ -8,6 +8,8 @@ written by earlier releases are read with these same strings, so a name here nev
 
 from __future__ import annotations
 
+from typing import Any
+
 # --- Optuna study attributes: the sweep's record --------------------------------------------
 STATE = "sweeps.state"  # study: sweep state (running, finished, ...); run: trial state
 STOP_REASON = "sweeps.stop_reason"  # why the sweep ended, one line
@@ -168,6 +170,14 @@ def alias_history(alias: str) -> str:
 def promotion(model: str, version_: int | str) -> str:
     """Parent run tag: a promotion's decision for one model version."""
     return f"{PROMOTION_PREFIX}{model}.v{version_}"
+
+
+def load(ref: str) -> Any:
+    """What a table entry names: "module:attr", imported."""
+    import importlib
+
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def entrypoint(name: str) -> str:

@@ -6,7 +6,6 @@ it, rather than a TypeError deep inside Optuna.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -34,11 +33,7 @@ def _build(cls: Any, where: str, options: dict[str, Any], **fixed: Any) -> Any:
 
 def _classes(table: dict[str, str]) -> dict[str, Any]:
     """An extension table's classes by name (`sweeps.common.names`)."""
-    out = {}
-    for name, target in table.items():
-        module, _, attr = target.partition(":")
-        out[name] = getattr(importlib.import_module(module), attr)
-    return out
+    return {name: names.load(ref) for name, ref in table.items()}
 
 
 def _sampler_classes() -> dict[str, Any]:

@@ -14,7 +14,6 @@ May import: `sweeps.common`; nothing else of sweeps (collectors are pure parsers
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from sweeps.common import names
@@ -41,8 +40,7 @@ __all__ = [
 
 def collector_class(kind: str) -> type[Collector]:
     """The class registered for `kind` in the table."""
-    module, _, attr = names.COLLECTORS[kind].partition(":")
-    cls: type[Collector] = getattr(importlib.import_module(module), attr)
+    cls: type[Collector] = names.load(names.COLLECTORS[kind])
     return cls
 
 
