@@ -16,6 +16,7 @@ from conftest import ROOT, make_spec
 from mlflow.tracking import MlflowClient
 
 from sweeps import api
+from sweeps.common import names
 
 SWEEPS = [sys.executable, "-m", "sweeps.cli"]
 
@@ -155,6 +156,44 @@ def test_a_metric_that_never_appears_fails_the_trial_saying_which(home, tmp_path
     (t,) = api.show("nometric")["trials"]
     assert t["state"] == "FAIL" and "val_accuracy" in t["error"], t
     assert out.state == "failed", "every trial failed"
+
+
+DEEP_FAILURE = """
+import argparse
+
+
+def block(depth, width):
+    if depth == 0:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied (64x{width} and 12x10)")
+    return block(depth - 1, width)
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float)
+args = parser.parse_args()
+print("val_accuracy=0.5", flush=True)
+block(60, 81)
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_failed_trial_keeps_the_end_of_its_error_everywhere(home, tmp_path):
+    (tmp_path / "train.py").write_text(DEEP_FAILURE)
+    spec = make_spec(
+        name="deepfail",
+        budget={"trials": 1},
+        trainer={"code_dir": str(tmp_path), "command": ["${interpreter}", "train.py", "${args}"]},
+    )
+    out = api.run(spec, install_signals=False)
+    exception = "ValueError: mat1 and mat2 shapes cannot be multiplied (64x81 and 12x10)"
+    (t,) = api.show("deepfail")["trials"]
+    assert len(t["error"]) > 1000 and t["error"].rstrip().endswith(exception), t["error"][-300:]
+    assert t["error"].startswith("ProgramError: train.py exited with code 1"), t["error"][:200]
+    assert out.state == "failed" and exception in out.reason, out.reason
+    shown = _cli(home, "show", "deepfail")
+    assert exception in shown.stdout, shown.stdout
+    run = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(t["mlflow_run_id"])
+    assert run.data.tags[names.ERROR].rstrip().endswith(exception)
 
 
 def _notebook_train(config):

@@ -593,3 +593,15 @@ def test_attrs_waiting_for_a_write_survive_its_failure(monkeypatch):
         pending.write(7, {"sweeps.checkpoint": "c1"})  # the caller retries its own attrs
     pending.write_overdue(all_=True)
     assert calls == [{"sweeps.lane": "l0", "sweeps.checkpoint": "c1"}, {"sweeps.lane": "l0"}]
+
+
+def test_a_long_error_keeps_its_first_line_and_its_end():
+    from sweeps.common.errors import error_summary, keep_end
+
+    text = "ProgramError: train.py exited with code 1\n" + "x\n" * 3000 + "KeyError: 'lr'"
+    kept = keep_end(text, 500)
+    assert len(kept) == 500 and kept.endswith("KeyError: 'lr'")
+    assert kept.startswith("ProgramError: train.py exited with code 1\n… (")
+    assert keep_end("short") == "short"
+    assert error_summary(text) == "ProgramError: train.py exited with code 1 … KeyError: 'lr'"
+    assert error_summary("a" * 1000, 50).endswith("a") and len(error_summary("a" * 1000, 50)) == 50

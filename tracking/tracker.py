@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from sweeps.common import names, paths, timeline
-from sweeps.common.errors import one_line
+from sweeps.common.errors import keep_end, one_line
 from sweeps.common.redact import redact_mapping
 from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
 from tracking import mlflow_compat, model_log
@@ -307,13 +307,13 @@ class MLflowTracker(SweepRun):
         items = [Metric(k, float(v), now, t.last_step) for k, v in final.items()]
         tags = {names.STATE: end.state, names.RESTARTS: str(t.restarts)}
         if t.error:
-            tags[names.ERROR] = t.error[:5000]
+            tags[names.ERROR] = keep_end(t.error, 5000)
         if result is not None and result.dataset:
             tags[names.DATASET_DIGEST] = str(result.dataset.get("digest"))
         for k, v in (result.hardware if result else {}).items():
             tags[names.hw(k)] = str(v)
         if result is not None and result.model_error:
-            tags[names.MODEL_ERROR] = result.model_error[:5000]
+            tags[names.MODEL_ERROR] = keep_end(result.model_error, 5000)
         # One write for the final metrics and tags and whatever else is buffered (a tiny trial's
         # params and its only epoch): a trial's end costs a handful of commits, which is what
         # bounds a sweep of a thousand short trials.

@@ -61,6 +61,7 @@ def show(
 ) -> None:
     """One sweep: every trial with its state, value, params and MLflow run."""
     from sweeps import api
+    from sweeps.common.errors import error_summary
 
     doc = api.show(name, storage)
     if as_json:
@@ -85,6 +86,10 @@ def show(
             (t["mlflow_run_id"] or "-")[:12],
         )
     out.print(table)
+    for t in doc["trials"]:
+        if t.get("error"):
+            line = f"#{t['number']} {t['state'].lower()}: {error_summary(t['error'])}"
+            out.print(line, highlight=False, markup=False)
     if doc["best"]:
         out.print(f"best: #{doc['best']['number']} = {fmt(doc['best']['value'])}", highlight=False)
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from sweeps.common import names, timeline
+from sweeps.common.errors import keep_end
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import (
     Assignment,
@@ -223,7 +224,7 @@ class TrialBook:
         self, rec: TrialRecord, error: str, result: TrialResult | None, extra: dict[str, float]
     ) -> TrialEnd:
         rec.error = error
-        self.attrs.add(rec.trial_id, {names.ERROR: error[:2000]})
+        self.attrs.add(rec.trial_id, {names.ERROR: keep_end(error)})
         self._record_attrs(rec, extra)
         self.teller.tell_linked(rec, state=outcomes.states().FAIL)
         self.failures.record(error)

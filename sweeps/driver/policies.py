@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sweeps.common.errors import error_summary
 from sweeps.driver.state import Ending
 
 if TYPE_CHECKING:
@@ -158,5 +159,5 @@ class FailurePolicy:
     def reason(self) -> str:
         return (
             f"{self.failed} trials failed (budget.max_failed_trials={self.max_failed}); "
-            f"last error: {self.last_error[:200]}"
+            f"last error: {error_summary(self.last_error)}"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.common import names
-from sweeps.common.errors import one_line
+from sweeps.common.errors import error_summary
 from sweeps.contracts.records import SweepSummary
 
 
@@ -48,7 +48,7 @@ def all_failed(c: dict[str, int], first_error: str) -> str | None:
     """Pure: why a sweep is failed because every trial of its study failed, or None."""
     if not c.get("FAIL") or c.get("COMPLETE") or c.get("PRUNED"):
         return None
-    first = one_line(first_error or "see `sweeps show`", 300)
+    first = error_summary(first_error) or "see `sweeps show`"
     return f"all {c['FAIL']} trials failed; first error: {first}"
 
 

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sweeps.common import names
-from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
+from sweeps.common.errors import NotFoundError, ServiceError, SpecError, keep_end, one_line
 from sweeps.common.paths import ensure_local_dirs
 from sweeps.common.redact import mask_url
 from sweeps.search.outage import outage_tolerant
@@ -356,7 +356,7 @@ def fail_trial(study: optuna.Study, tid: int, error: str) -> bool:
     import optuna
 
     try:
-        study._storage.set_trial_user_attr(tid, names.ERROR, error[:2000])
+        study._storage.set_trial_user_attr(tid, names.ERROR, keep_end(error))
         study._storage.set_trial_state_values(tid, optuna.trial.TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
