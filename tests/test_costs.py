@@ -255,3 +255,27 @@ def test_validate_preemptible_without_spot_price_exits_2(tmp_path):
     r = _cli("validate", str(spec))
     assert r.exit_code == 2
     assert "resources.preemptible" in r.output
+
+
+def test_the_price_table_the_readme_says_to_edit_is_the_shipped_one(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from tracking.costs import DEFAULT_TABLE, machines
+
+    assert machines(str(ROOT / "conf" / "machines.yaml")) == machines(str(DEFAULT_TABLE))
+    bad = tmp_path / "machines.yaml"
+    bad.write_text("../tracking/machines.yaml\n")  # what a lost symlink leaves behind
+    env = {"SWEEPS_MACHINES": str(bad), "SWEEPS_HOME": str(tmp_path / "home")}
+    r = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "validate", str(ROOT / "conf" / "quickstart.yaml")],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2, r.stderr
+    assert f"price table {bad}: not a price table" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sweeps.common.errors import SpecError, one_line
+
 if TYPE_CHECKING:
     from sweeps.spec import Spec
 
@@ -51,9 +53,18 @@ class Machine:
 
 @lru_cache(maxsize=8)
 def _load(path: str) -> dict[str, Machine]:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"price table {path}: {one_line(e)}") from e
+    table = raw.get("machines") if isinstance(raw, dict) else None
+    if not isinstance(table, dict) or not all(isinstance(m, dict) for m in table.values()):
+        raise SpecError(
+            f"price table {path}: not a price table (a mapping `machines: {{NAME: {{vcpus, "
+            "memory_gb, price_per_hour, ...}}}}`, like conf/machines.yaml)"
+        )
     out = {}
-    for name, m in (raw.get("machines") or {}).items():
+    for name, m in table.items():
         spot = m.get("spot_price_per_hour")
         out[name] = Machine(
             name=name,
