@@ -302,14 +302,14 @@ def _load_env() -> None:
 def _drive(spec_path: str) -> int:
     from sweeps.common.quietlogs import quiet
     from sweeps.driver.assemble import run_sweep
-    from sweeps.driver.summary import counts_text
+    from sweeps.driver.summary import counts_text, ending_text
     from sweeps.spec import load_spec
 
     quiet()  # the driver's log (`sweeps logs --driver`) shows the sweep, as a terminal would
     spec = load_spec(spec_path)
     outcome = run_sweep(spec, from_process_start=True)
     counts = counts_text(outcome.summary.counts)
-    print(f"{outcome.name}: {outcome.state} ({outcome.reason}); {counts}")
+    print(f"{outcome.name}: {ending_text(outcome.state, outcome.reason)}; {counts}")
     return {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
 
 

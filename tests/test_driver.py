@@ -605,3 +605,16 @@ def test_a_long_error_keeps_its_first_line_and_its_end():
     assert keep_end("short") == "short"
     assert error_summary(text) == "ProgramError: train.py exited with code 1 … KeyError: 'lr'"
     assert error_summary("a" * 1000, 50).endswith("a") and len(error_summary("a" * 1000, 50)) == 50
+
+
+def test_an_ending_is_said_once():
+    from sweeps.driver.state import AFTER_DRAIN
+    from sweeps.driver.summary import ending_text
+
+    drained = "interrupted (Ctrl-C): running trials finished, no new ones started"
+    assert drained in AFTER_DRAIN.values()
+    assert ending_text("interrupted", drained) == drained
+    assert ending_text("finished", "budget reached: 4/4 trials") == (
+        "finished (budget reached: 4/4 trials)"
+    )
+    assert ending_text("failed", None) == "failed"

@@ -22,6 +22,14 @@ def counts_text(c: dict[str, int]) -> str:
     return ", ".join(f"{k.lower()} {v}" for k, v in sorted(c.items())) or "no trials"
 
 
+def ending_text(state: str, reason: str | None) -> str:
+    """'finished (budget reached: 4/4 trials)'; a reason that already starts with the state
+    ('interrupted (Ctrl-C): ...') is not wrapped in it again."""
+    if not reason:
+        return state
+    return reason if reason.startswith(state) else f"{state} ({reason})"
+
+
 def summarize(study: Any, name: str, state: Any, book: Any, wall_s: float) -> SweepSummary:
     """The summary of a sweep that ended in `state`; spend is this driver's (the book's)."""
     c = counts(study)
