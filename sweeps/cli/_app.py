@@ -11,14 +11,31 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from typer.core import TyperGroup
 
 from sweeps.common.errors import SweepsError, one_line
 from sweeps.common.quietlogs import quiet
 
-out = Console()
-err = Console(stderr=True)
+
+class _Console(Console):
+    """A terminal gets rich's layout at its width; a pipe or file gets every line whole, never
+    wrapped or cut (people grep logs)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self.is_terminal:
+            return super().size
+        return ConsoleDimensions(PIPE_WIDTH, 25)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+PIPE_WIDTH = 100_000
+out = _Console()
+err = _Console(stderr=True)
 
 
 def print_error(e: BaseException) -> None:

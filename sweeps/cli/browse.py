@@ -81,7 +81,7 @@ def show(
             str(t["number"]),
             t["state"],
             fmt(t["value"]),
-            json.dumps(t["params"])[:60],
+            json.dumps(t["params"]),
             fmt(t["duration_s"]),
             (t["mlflow_run_id"] or "-")[:12],
         )
