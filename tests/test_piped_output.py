@@ -35,6 +35,7 @@ def test_show_and_ls_piped_at_80_columns_cut_and_wrap_nothing(tmp_path):
         trial = study.ask(space)
         study.tell(trial, value)
         params.append(json.dumps(trial.params))
+    study.tell(study.ask(space), state=optuna.trial.TrialState.FAIL)
     shown = _sweeps(tmp_path, "show", NAME)
     listed = _sweeps(tmp_path, "ls")
     for text in (shown, listed):
@@ -42,3 +43,5 @@ def test_show_and_ls_piped_at_80_columns_cut_and_wrap_nothing(tmp_path):
     rows = [line for line in shown.splitlines() if "COMPLETE" in line]
     assert len(rows) == 2 and all(p in "\n".join(rows) for p in params), shown
     assert NAME in listed and "finished" in listed and "complete" in listed, listed
+    compared = _sweeps(tmp_path, "compare", NAME, NAME)
+    assert "│ failed " in compared and "│ fail " not in compared, compared  # as ls says it

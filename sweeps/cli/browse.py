@@ -30,10 +30,7 @@ def ls_(
     table = Table(
         "sweep",
         "state",
-        "complete",
-        "pruned",
-        "failed",
-        "running",
+        *STATE_WORDS.values(),
         "best",
         "cost $",
         "wall s",
@@ -44,13 +41,17 @@ def ls_(
         table.add_row(
             r["name"],
             r["state"],
-            *(str(t.get(k, 0)) for k in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+            *(str(t.get(k, 0)) for k in STATE_WORDS),
             fmt(r["best"]),
             fmt(r["cost_usd"]),
             fmt(r["wall_s"]),
             fmt(r["trial_s"]),
         )
     out.print(table)
+
+
+# A trial state as ls, compare and show's lines name it.
+STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running"}
 
 
 @app.command()
@@ -88,7 +89,8 @@ def show(
     out.print(table)
     for t in doc["trials"]:
         if t.get("error"):
-            line = f"#{t['number']} {t['state'].lower()}: {error_summary(t['error'])}"
+            state = STATE_WORDS.get(t["state"], t["state"].lower())
+            line = f"#{t['number']} {state}: {error_summary(t['error'])}"
             out.print(line, highlight=False, markup=False)
     if doc["best"]:
         out.print(f"best: #{doc['best']['number']} = {fmt(doc['best']['value'])}", highlight=False)
@@ -160,7 +162,9 @@ def compare(
     table.add_row("trial s", fmt(da["trial_s"]), fmt(db["trial_s"]))
     for state in sorted(set(da["trials"]) | set(db["trials"])):
         table.add_row(
-            state.lower(), str(da["trials"].get(state, 0)), str(db["trials"].get(state, 0))
+            STATE_WORDS.get(state, state.lower()),
+            str(da["trials"].get(state, 0)),
+            str(db["trials"].get(state, 0)),
         )
     for k in sorted(set(da["best_params"]) | set(db["best_params"])):
         table.add_row(f"best {k}", fmt(da["best_params"].get(k)), fmt(db["best_params"].get(k)))
