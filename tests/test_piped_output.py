@@ -45,3 +45,16 @@ def test_show_and_ls_piped_at_80_columns_cut_and_wrap_nothing(tmp_path):
     assert NAME in listed and "finished" in listed and "complete" in listed, listed
     compared = _sweeps(tmp_path, "compare", NAME, NAME)
     assert "│ failed " in compared and "│ fail " not in compared, compared  # as ls says it
+
+
+def test_numbers_read_alike_and_the_version_is_one_line(tmp_path):
+    from sweeps.cli._app import fmt
+
+    assert [fmt(v) for v in (8e-06, 0.000249, 0.5, 12345.678)] == [
+        "0.000008",
+        "0.000249",
+        "0.5",
+        "12346",
+    ]
+    (line,) = _sweeps(tmp_path, "--version").splitlines()
+    assert line.startswith("sweeps ") and "optuna 5." in line and "ray 2." in line, line

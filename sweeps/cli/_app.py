@@ -115,13 +115,41 @@ def fmt(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        text = f"{v:.4g}"
+        if "e-" in text:  # 8e-06 next to 0.000249 reads as another unit: no exponents
+            exponent = int(text.split("e-")[1])
+            text = f"{float(text):.{exponent + 3}f}".rstrip("0").rstrip(".")
+        elif "e+" in text:  # 12346 s, not 1.235e+04 s
+            text = f"{v:.0f}"
+        return text
     return str(v)
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist in ("optuna", "ray", "mlflow", "torch"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    out.print(f"sweeps {version('sweeps')} ({', '.join(parts)})", highlight=False)
+    raise typer.Exit(0)
 
 
 @app.callback()
 def _options(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show our libraries' output."),
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the versions of sweeps and of the libraries it runs on.",
+    ),
 ) -> None:
     quiet(verbose)
 
