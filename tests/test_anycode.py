@@ -160,6 +160,7 @@ def test_a_metric_that_never_appears_fails_the_trial_saying_which(home, tmp_path
 
 DEEP_FAILURE = """
 import argparse
+import sys
 
 
 def block(depth, width):
@@ -172,6 +173,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float)
 args = parser.parse_args()
 print("val_accuracy=0.5", flush=True)
+for step in range(60):  # warnings before the failure, as a training loop prints them
+    print(f"UserWarning: step {step}: the learning rate is above the stable range", file=sys.stderr)
 block(60, 81)
 """
 
@@ -192,6 +195,9 @@ def test_a_failed_trial_keeps_the_end_of_its_error_everywhere(home, tmp_path):
     assert out.state == "failed" and exception in out.reason, out.reason
     shown = _cli(home, "show", "deepfail")
     assert exception in shown.stdout, shown.stdout
+    logs = _cli(home, "logs", "deepfail")
+    assert logs.stderr.startswith("deepfail trial #0 (FAIL)\n"), logs.stderr
+    assert exception in logs.stderr.splitlines()[-1] and ", in block" in logs.stdout
     run = MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(t["mlflow_run_id"])
     assert run.data.tags[names.ERROR].rstrip().endswith(exception)
 

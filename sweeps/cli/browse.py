@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from sweeps.cli._app import app, fmt, out
+from sweeps.cli._app import app, err, fmt, out
 
 STORAGE = typer.Option(None, "--storage", help="Optuna storage URL (default: embedded).")
 
@@ -203,6 +204,9 @@ def logs(
             if not follow or "no trials yet" not in str(e):
                 raise
             time.sleep(1.0)
+    trial_doc = _trial(api.show(name, storage), number)
+    # Which trial this is goes to stderr: stdout stays the trial's own output.
+    err.print(f"{name} trial #{number} ({trial_doc.get('state', '?')})", highlight=False)
     sys.stdout.write(text)
     shown = len(text)
     while follow:
@@ -214,7 +218,16 @@ def logs(
         sys.stdout.flush()
         shown = len(text)
         if state != "RUNNING":
+            trial_doc = _trial(doc, number)
             break
+    if trial_doc.get("error"):
+        from sweeps.common.errors import error_summary
+
+        err.print(f"#{number} failed: {error_summary(trial_doc['error'])}", markup=False)
+
+
+def _trial(doc: dict[str, Any], number: int) -> dict[str, Any]:
+    return next((t for t in doc["trials"] if t["number"] == number), {})
 
 
 @app.command()
