@@ -225,8 +225,15 @@ def test_program_mode_in_the_spec():
         spec_from_dict(
             {**base, "trainer": {"program": "t.py", "metrics": {"collector": "file", "path": "/x"}}}
         )
-    with pytest.raises(SpecError, match="trainer.metrics.collector: unknown value 'wandb'"):
-        spec_from_dict({**base, "trainer": {"program": "t.py", "metrics": {"collector": "wandb"}}})
+    with pytest.raises(SpecError, match="trainer.metrics.collector: unknown value 'neptune'"):
+        spec_from_dict(
+            {**base, "trainer": {"program": "t.py", "metrics": {"collector": "neptune"}}}
+        )
+    # A native spec may pick the W&B collector (its scripts log with wandb.log).
+    spec = spec_from_dict(
+        {**base, "trainer": {"program": "t.py", "metrics": {"collector": "wandb"}}}
+    )
+    assert spec.trainer.metrics.collector == "wandb"
 
 
 class _Answers:

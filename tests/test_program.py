@@ -12,6 +12,7 @@ import sys
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -287,7 +288,9 @@ def test_macros_environment_and_folders_reach_the_script():
     assert not os.path.exists(env["SWEEPS_TRIAL_DIR"])  # cleaned up once packed
     assert env["CLOUD_ML_TRIAL_ID"] == "8" and env["RANK"] == "0" and env["WORLD_SIZE"] == "1"
     assert env["CLOUD_ML_HP_METRIC_FILE"].endswith("output.metrics")
-    assert info["cwd"] == str(SCRIPTS) and out["score"] == 7.0  # len(sys.argv)
+    # Its own copy of code_dir, next to its trial folder.
+    assert info["cwd"] == str(Path(env["SWEEPS_TRIAL_DIR"]).parent / "work")
+    assert out["score"] == 7.0  # len(sys.argv)
 
 
 def test_hypertune_metrics_are_reported_at_their_global_step(monkeypatch):
@@ -331,3 +334,60 @@ def test_a_script_does_not_outlive_a_killed_worker():
             time.sleep(0.1)
     finally:
         parent.kill()
+
+
+RELATIVE_IO = """
+import argparse, json, os
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float)
+args = parser.parse_args()
+with open("data/labels.txt") as f:  # a relative read, next to the script
+    labels = f.read().split()
+os.makedirs("outputs", exist_ok=True)
+with open("outputs/model.json", "w") as f:  # relative writes, as scripts do
+    json.dump({"lr": args.lr, "labels": labels}, f)
+with open("config.json", "w") as f:  # rewrites a file of the user's tree
+    json.dump({"lr": args.lr}, f)
+print(f"cwd={os.getcwd()}")
+print(f"val_accuracy={len(labels) / 10}")
+"""
+
+
+def test_each_trial_runs_in_its_own_copy_of_code_dir_and_its_writes_become_artifacts(tmp_path):
+    (tmp_path / "train.py").write_text(RELATIVE_IO)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "labels.txt").write_text("cat dog bird")
+    (tmp_path / "config.json").write_text('{"lr": "the user\'s own"}')
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    s = _settings(tmp_path, ["${interpreter}", "train.py", "${args}"])
+    out = _run(s, {"lr": 0.05})
+    assert out["val_accuracy"] == 0.3, "the relative read found the data"
+    assert not (tmp_path / "outputs").exists(), "relative writes stay out of the user's tree"
+    assert (tmp_path / "config.json").read_text() == '{"lr": "the user\'s own"}'
+    with tarfile.open(fileobj=io.BytesIO(out["artifacts"]), mode="r:gz") as tar:
+        got = set(tar.getnames())
+        model = json.load(tar.extractfile("workdir/outputs/model.json"))
+    assert got == {"workdir/outputs/model.json", "workdir/config.json"}, got
+    assert model == {"lr": 0.05, "labels": ["cat", "dog", "bird"]}
+
+
+def test_a_trial_view_copies_small_files_links_big_ones_and_skips_stores(tmp_path):
+    from sweeps.worker import workdir
+
+    code, view = tmp_path / "code", tmp_path / "view"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "mod.py").write_text("x = 1")
+    (code / "weights.bin").write_bytes(b"0" * (workdir.COPY_MAX_BYTES + 1))
+    for skipped in (".venv", "wandb", "__pycache__"):
+        (code / skipped).mkdir()
+        (code / skipped / "f").write_text("-")
+    view.mkdir()
+    placed = workdir.make_view(code, view)
+    assert sorted(placed) == ["pkg/mod.py", "weights.bin"]
+    assert (view / "weights.bin").stat().st_ino == (code / "weights.bin").stat().st_ino
+    assert (view / "pkg" / "mod.py").stat().st_ino != (code / "pkg" / "mod.py").stat().st_ino
+    assert workdir.written(view, placed) == []
+    (view / "new.txt").write_text("n")
+    assert workdir.written(view, placed) == [view / "new.txt"]

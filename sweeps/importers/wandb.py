@@ -15,6 +15,9 @@ The mapping, key by key:
   stops nothing early either.
 - `run_cap`: budget.trials (a grid without one: the grid's size).
 - `program`, `command` (W&B's macros, `sweeps.spec.command`): trainer.program / trainer.command.
+  Each run is started as `wandb agent` starts it: its params in `wandb.config` and in
+  `${args}`, and its metrics read from what it logs with `wandb.log` (the collector `wandb`,
+  `sweeps.worker.wandb_agent`), offline, with no W&B server.
 - `name`; `description`, `project`, `entity`: noted, not used.
 
 Anything else is a :class:`SpecError` naming its key path (nested `parameters`, `probabilities`,
@@ -259,7 +262,8 @@ def _trainer(config: dict[str, Any], code_dir: str | None, fixed: dict[str, Any]
     command, program = config.get("command"), config.get("program")
     if command is None and program is None:
         raise SpecError("program: required (the script the sweep runs), or command")
-    trainer: dict[str, Any] = {}
+    # The script logs with wandb.log: its run's transaction log is where its metrics are.
+    trainer: dict[str, Any] = {"metrics": {"collector": "wandb"}}
     if program is not None:
         trainer["program"] = str(program)
     if command is not None:
@@ -295,11 +299,6 @@ def to_spec(
     space, fixed = _space(config.get("parameters"), method, notes)
     trials = _trials(config.get("run_cap"), method, space, notes)
     trainer = _trainer(config, code_dir, fixed)
-    if not re.fullmatch(r"[\w|-]+", str(metric["name"])):
-        notes.append(
-            f"metric {metric['name']}: Katib's name=value lines cannot carry this name; "
-            "set trainer.metrics (a regex, a file or tensorboard)"
-        )
     budget: dict[str, Any] = {"trials": int(trials)}
     if metric.get("target") is not None:
         budget["target"] = metric["target"]

@@ -31,13 +31,14 @@ from typing import Any
 
 from sweeps.common import names, paths
 from sweeps.spec.command import expand, missing_files
-from sweeps.worker import collectors, runtime
+from sweeps.worker import cloudml, collectors, runtime, workdir
 from sweeps.worker.procgroup import Script
 
 ENTRYPOINT = names.PROGRAM_ENTRYPOINT
 # The driver passes `settings(spec)` to the workers in the trial config under this key.
 SETTINGS_KEY = names.PROGRAM_SETTINGS
 MAX_ARTIFACTS_MB = 512
+WORKDIR_ARTIFACTS = "workdir"  # what the script wrote in its working directory, in artifacts
 POLL_S = 0.5  # file collectors and the board are checked this often
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -78,6 +79,7 @@ def settings(spec: Any) -> dict[str, Any]:
         "param_names": space + [k for k in t.params if k not in space],
         "cpus_per_worker": spec.resources.cpus_per_worker,
         "stop_grace_s": t.stop_grace_s,
+        "sweep": spec.name,  # W&B's sweep id, for a script that reads it
     }
 
 
@@ -167,7 +169,11 @@ def script_env(
         "CLOUD_ML_JOB_DIR": str(trial_dir),
         "CLOUD_ML_HP_METRIC_FILE": str(hypertune_file),  # one per worker: hypertune races
         "CLOUD_ML_TRIAL_ID": str(ctx.trial_number + 1),
+        **cloudml.trial_env(ctx.trial_number, ctx.rank, s, master),
     }
+    from sweeps.worker import wandb_agent  # the collector `wandb`: run as `wandb agent` runs it
+
+    env.update(wandb_agent.env_for_trial(s, ctx, trial_dir))
     if ctx.world_size > 1 and getattr(ctx.device, "type", "cpu") != "cuda":
         # Ranks on CPU share the machine: each gets its share of threads, not all cores.
         share = str(max(1, int(float(s.get("cpus_per_worker") or 1))))
@@ -193,6 +199,9 @@ def run_script(s: dict[str, Any], params: dict[str, Any]) -> dict[str, Any] | No
         problems = missing_files(s["command"], s.get("program"), code_dir)
         if problems:
             raise FileNotFoundError(f"trainer.command: {'; '.join(problems)}")
+        work = base / "work"  # the trial's own working directory (sweeps.worker.workdir)
+        work.mkdir()
+        placed = workdir.make_view(Path(code_dir), work)
         argv = expand(
             s["command"],
             params,
@@ -212,7 +221,7 @@ def run_script(s: dict[str, Any], params: dict[str, Any]) -> dict[str, Any] | No
                 hypertune_file=str(hypertune_file),
             )
         reporter = _Reporter(ctx, objectives, (s.get("metrics") or {}).get("names"))
-        script = Script(argv, code_dir, env, collect=collector is not None)
+        script = Script(argv, str(work), env, collect=collector is not None)
         _watch(script, collector, reporter, board)
         script.close()
         if collector is not None:
@@ -227,7 +236,8 @@ def run_script(s: dict[str, Any], params: dict[str, Any]) -> dict[str, Any] | No
                 f"metric '{missing[0]}' was never seen in {collector.describe()}; seen: {seen}"
             )
         out: dict[str, Any] = dict(reporter.final)
-        blob = pack(trial_dir, int(s.get("max_artifacts_mb", MAX_ARTIFACTS_MB)))
+        limit = int(s.get("max_artifacts_mb", MAX_ARTIFACTS_MB))
+        blob = pack(trial_dir, limit, work, workdir.written(work, placed))
         if blob is not None:
             out["artifacts"] = blob
         return out
@@ -279,6 +289,8 @@ def _check_exit(script: Script, s: dict[str, Any]) -> None:
     hint = ""
     if "No module named 'hypertune'" in tail:
         hint = " (cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]')"
+    elif "No module named 'wandb'" in tail:
+        hint = " (wandb is not installed where the trial runs: pip install wandb)"
     elif rc == -signal.SIGABRT and "terminate called without an active exception" in tail:
         hint = f" ({GLOO_EXIT_HINT})"
     lines = len(script.tail)
@@ -342,19 +354,25 @@ class _Reporter:
             self.final.update(metrics)
 
 
-def pack(trial_dir: Path, limit_mb: int) -> bytes | None:
-    """The trial folder as tar.gz bytes; None when the script wrote nothing there."""
+def pack(
+    trial_dir: Path, limit_mb: int, work: Path | None = None, written: list[Path] | None = None
+) -> bytes | None:
+    """The trial folder, and what the script wrote in its working directory (under
+    `workdir/`), as tar.gz bytes; None when it wrote nothing in either."""
     files = sorted(p for p in trial_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    if not files:
+    named = [(p, str(p.relative_to(trial_dir))) for p in files]
+    if work is not None:
+        named += [(p, f"{WORKDIR_ARTIFACTS}/{p.relative_to(work)}") for p in written or []]
+    if not named:
         return None
-    total = sum(p.stat().st_size for p in files)
+    total = sum(p.stat().st_size for p, _ in named)
     if total > limit_mb * 2**20:
         raise ProgramError(
-            f"the trial wrote {total / 2**20:.0f} MB under SWEEPS_TRIAL_DIR/AIP_MODEL_DIR: "
-            f"over the {limit_mb} MB limit on a trial's artifacts"
+            f"the trial wrote {total / 2**20:.0f} MB in its folders (SWEEPS_TRIAL_DIR and its "
+            f"working directory): over the {limit_mb} MB limit on a trial's artifacts"
         )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p in files:
-            tar.add(p, arcname=str(p.relative_to(trial_dir)), recursive=False)
+        for p, arcname in named:
+            tar.add(p, arcname=arcname, recursive=False)
     return buf.getvalue()

@@ -4,11 +4,12 @@ Each collector is fed incrementally and hands back new records `(step | None, {n
 `feed(line)` for every line the script prints (stdout and stderr), `poll()` now and then while it
 runs, `finish()` once after it exited. A step of None means "the next one".
 
-One module per collector (`stdout`, `file`, `hypertune`, `tensorboard`), each a subclass of
-`base.Collector`; `sweeps.common.names.COLLECTORS` is the table of them, which the spec
+One module per collector (`stdout`, `file`, `hypertune`, `tensorboard`, `wandb`), each a
+subclass of `base.Collector`; `sweeps.common.names.COLLECTORS` is the table of them, which the spec
 validates `trainer.metrics.collector` against and `make` builds from.
 
-Owns: `base` (Collector, Place, the parsing helpers) and one module per collector.
+Owns: `base` (Collector, Place, the parsing helpers), one module per collector, and `wandb_log`
+(the W&B transaction-log reader: wandb's private names live there).
 May import: `sweeps.common`; nothing else of sweeps (collectors are pure parsers).
 """
 
@@ -22,6 +23,7 @@ from sweeps.worker.collectors.file import FileCollector
 from sweeps.worker.collectors.hypertune import HypertuneCollector
 from sweeps.worker.collectors.stdout import StdoutCollector
 from sweeps.worker.collectors.tensorboard import TensorboardCollector
+from sweeps.worker.collectors.wandb import WandbCollector
 
 __all__ = [
     "KATIB_REGEX",
@@ -33,6 +35,7 @@ __all__ = [
     "Record",
     "StdoutCollector",
     "TensorboardCollector",
+    "WandbCollector",
     "collector_class",
     "make",
 ]
