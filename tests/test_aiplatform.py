@@ -163,7 +163,6 @@ def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
             "--module-name=trainer.task",
             f"--config={PKG / 'config.yaml'}",
             "--region=us-central1",
-            "--job-dir=gs://bucket/legacy",
             "--json",
             "--",
             "--epochs=4",
@@ -194,6 +193,7 @@ def test_legacy_package_runs_unchanged_on_two_workers(tmp_path):
     finally:
         os.environ.pop("SWEEPS_HOME", None)
     assert "rank 0 of 2" in log and "epoch 4: accuracy=" in log
+    assert "job_dir=\n" in log, "no --job-dir: the job sets none"
     client = MlflowClient(f"sqlite:///{tmp_path}/h/mlflow.db")
     hist = client.get_metric_history(doc["best"]["mlflow_run_id"], "accuracy")
     assert [m.step for m in hist] == [1, 2, 3, 4], "global_step is the step"
@@ -207,10 +207,11 @@ def test_a_custom_container_job_runs_its_module_in_the_image_not_a_host_folder(t
         config, scale_tier=None, master_machine_type=None, master_image_uri="reg/train:3"
     )
     assert ti["trainingInput"]["masterConfig"]["imageUri"] == "reg/train:3"
-    raw, notes = to_spec(ti, name="x", package_path=str(PKG), module_name="trainer.task")
+    raw, notes = to_spec(ti, name="x", package_path=None, module_name="trainer.task")
     spec = spec_from_dict(raw)
     assert spec.resources.image == "reg/train:3" and spec.trainer.code_dir is None
     assert spec.trainer.params["package_path"] == ""
+    assert "package_archive" not in spec.trainer.params
     assert any("imageUri reg/train:3" in n for n in notes)
     raw, _ = to_spec(config, name="y", package_path=str(PKG), module_name="trainer.task")
     assert "image" not in raw["resources"], "no container unless the job names one"

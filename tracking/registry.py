@@ -107,7 +107,8 @@ def promote(
     digest = run.data.tags.get(names.DATASET_DIGEST)
     logged = _logged_model(client, run)
     files = logged is None and _has_outputs(client, run_id)  # a program-mode trial's files
-    if logged is None and not files:
+    remote = None if logged is not None or files else job_dir_model(run)  # AI Platform's
+    if logged is None and not files and not remote:
         why = run.data.tags.get(names.MODEL_ERROR) or "its training code returned none"
         raise NotFoundError(f"trial {t.number} of '{sweep}' has no logged model: {why}")
 
@@ -121,9 +122,9 @@ def promote(
             move, reason = False, f"v{existing} already holds {alias}"
         reason = f"trial {t.number} already registered as v{existing}; {reason}"
 
-    tags = _version_tags(run, run_id, t, sweep, metric, direction, value, digest, files)
+    tags = _version_tags(run, run_id, t, sweep, metric, direction, value, digest, bool(files))
     version = _register_and_move(
-        client, model, alias, logged, run_id, tags, existing, move, holder_version, reason
+        client, model, alias, logged, run_id, tags, existing, move, holder_version, reason, remote
     )
     promo = Promotion(
         model=model,
@@ -222,13 +223,14 @@ def _register_and_move(
     move: bool,
     holder_version: str | None,
     reason: str,
+    remote: str | None = None,
 ) -> str | None:
     """Registers the trial (unless `existing`) as `challenger`, moves `alias` if `move`, and
     records the decision; the version. A new version is deleted again if a step fails."""
     version = existing
     try:
         if existing is None:
-            version = _register(client, model, logged, run_id, tags)
+            version = _register(client, model, logged, run_id, tags, remote)
             client.set_registered_model_alias(model, "challenger", version)
         if move:
             client.set_registered_model_alias(model, alias, version)
@@ -245,6 +247,19 @@ def _register_and_move(
     return version
 
 
+def job_dir_model(run: Any) -> str | None:
+    """An AI Platform trial's model under its job dir: OUTPUT_URI/model/ (Vertex's
+    AIP_MODEL_DIR) when it wrote there, else OUTPUT_URI, if the trial's end found files."""
+    uri = run.data.tags.get(names.OUTPUT_URI)
+    try:
+        listing = json.loads(run.data.tags.get(names.OUTPUT_FILES) or "{}")
+    except ValueError:
+        return None
+    if not uri or not listing.get("count"):
+        return None
+    return f"{uri}model/" if any(f.startswith("model/") for f in listing["files"]) else uri
+
+
 def _has_outputs(client: Any, run_id: str) -> bool:
     try:
         return bool(client.list_artifacts(run_id, OUTPUTS))
@@ -252,14 +267,17 @@ def _has_outputs(client: Any, run_id: str) -> bool:
         return False
 
 
-def _register(client: Any, model: str, logged: Any, run_id: str, tags: dict[str, str]) -> str:
-    """A new version: the trial's LoggedModel, or (program mode) the files it wrote."""
+def _register(
+    client: Any, model: str, logged: Any, run_id: str, tags: dict[str, str], remote: str | None
+) -> str:
+    """A new version: the trial's LoggedModel, the files it wrote (program mode), or the
+    folder it wrote under its AI Platform job dir (`remote`, referenced where it is)."""
     try:
         client.get_registered_model(model)
     except Exception:
         client.create_registered_model(model, tags={names.MANAGED: "true"})
     if logged is None:
-        source = f"{client.get_run(run_id).info.artifact_uri}/{OUTPUTS}"
+        source = remote or f"{client.get_run(run_id).info.artifact_uri}/{OUTPUTS}"
         mv = client.create_model_version(model, source, run_id=run_id, tags=tags)
     else:
         mv = client.create_model_version(

@@ -35,6 +35,19 @@ if TYPE_CHECKING:
 AIP = "Legacy AI Platform jobs (gcloud's flags)"
 WB = "W&B sweep configs"
 NOTED = "Accepted as gcloud's; noted, not used."
+JOB_DIR = typer.Option(
+    None,
+    help="Overrides trainingInput.jobDir: passed to the module as --job-dir, as given "
+    "(gs://...); what trials write under it is linked from their MLflow runs.",
+    rich_help_panel=AIP,
+)
+CLUSTER_PYTHON = typer.Option(
+    False,
+    "--cluster-python",
+    help="With --master-image-uri and --package-path: run the package on the cluster's own "
+    "Python instead of in the image.",
+    rich_help_panel=AIP,
+)
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -69,7 +82,8 @@ def run_command(
     config: Path | None = typer.Option(
         None, "--config", help="gcloud's job config (trainingInput).", rich_help_panel=AIP
     ),
-    job_dir: str | None = typer.Option(None, help=NOTED, rich_help_panel=AIP),
+    job_dir: str | None = JOB_DIR,
+    cluster_python: bool = CLUSTER_PYTHON,
     scale_tier: str | None = typer.Option(None, help="Overrides scaleTier.", rich_help_panel=AIP),
     master_machine_type: str | None = typer.Option(
         None, help="Overrides masterType.", rich_help_panel=AIP
@@ -102,16 +116,12 @@ def run_command(
             "scale_tier": scale_tier,
             "master_machine_type": master_machine_type,
             "master_image_uri": master_image_uri,
+            "job_dir": job_dir,
         }
-        noted = {
-            "--job-dir": job_dir,
-            "--region": region,
-            "--runtime-version": runtime_version,
-            "--python-version": python_version,
-        }
-        s = aiplatform_spec(
-            ctx, spec, aiplatform, config, package_path, module_name, name, gcloud, noted, overrides
-        )
+        noted = {"--region": region, "--runtime-version": runtime_version}
+        noted["--python-version"] = python_version
+        where = (package_path, module_name, name, cluster_python)
+        s = aiplatform_spec(ctx, spec, aiplatform, config, where, gcloud, noted, overrides)
     else:
         s = spec_or_wandb(ctx.args, spec, wandb, code_dir, config, name, overrides)
     api.validate_spec(s)
@@ -273,11 +283,11 @@ def _progress(spec: Any) -> Any:
 
 
 def print_summary(doc: dict[str, Any], outcome: Any) -> None:
-    from sweeps.driver.summary import counts_text
+    from sweeps.driver.summary import counts_text, ending_text
 
     counts = counts_text(doc["counts"])
     out.print(
-        f"[bold]{doc['name']}[/]: {outcome.state} ({outcome.reason}); {counts}",
+        f"[bold]{doc['name']}[/]: {ending_text(outcome.state, outcome.reason)}; {counts}",
         highlight=False,
     )
     if doc["best"]:

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from sweeps.spec import Spec
 
 IGNORED = {
-    "--job-dir": "each trial writes to its own folder, AIP_MODEL_DIR, passed as --job-dir",
     "--region": "trials run on this Ray cluster",
     "--runtime-version": "trials run with this Python environment",
     "--python-version": "trials run with this Python environment",
@@ -28,15 +27,16 @@ def aiplatform_spec(
     spec: Path | None,
     aiplatform: str,
     config: Path | None,
-    package_path: Path | None,
-    module_name: str | None,
-    name: str | None,
+    where: tuple[Path | None, str | None, str | None, bool],
     gcloud: dict[str, str | None],
     noted: dict[str, str | None],
     overrides: list[str],
 ) -> Spec:
-    """The spec of `run --aiplatform`: a legacy job's config file, or a gcloud JOB with --config."""
+    """The spec of `run --aiplatform`: a legacy job's config file, or a gcloud JOB with --config.
+    `where`: --package-path, --module-name, --name and --cluster-python."""
     from sweeps.spec import spec_from_dict
+
+    package_path, module_name, name, cluster_python = where
 
     # After `--` everything is the module's; Click hands the first word to SPEC.
     user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
@@ -45,7 +45,11 @@ def aiplatform_spec(
         hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
         raise SpecError(f"AI Platform config not found: {cfg}{hint}")
     check_hypertune()
-    raw, notes = aiplatform_raw(cfg, job, package_path, module_name, name, user_args, gcloud)
+    raw, notes = aiplatform_raw(
+        cfg, job, package_path, module_name, name, user_args, gcloud, cluster_python
+    )
+    if raw["trainer"]["params"].get("package_archive"):
+        check_image_runs(raw["resources"]["image"])
     for flag, value in noted.items():
         if value is not None:
             notes.append(f"{flag} {value}: noted, not used ({IGNORED[flag]})")
@@ -86,6 +90,19 @@ def print_notes(notes: list[str]) -> None:
         err.print(f"note: {n}", highlight=False, markup=False)
 
 
+def check_image_runs(image: str) -> None:
+    """An image job's package runs in the image, which Ray starts with podman: where this
+    machine runs the trials and has none, say so now, with the way to run it without."""
+    import os
+    import shutil
+
+    if shutil.which("podman") is None and not os.environ.get("RAY_ADDRESS"):
+        raise SpecError(
+            f"--master-image-uri {image}: podman, which runs the image's trials, is not "
+            "installed here; --cluster-python runs the package on this cluster's own Python"
+        )
+
+
 def check_hypertune() -> None:
     """Legacy modules report through cloudml-hypertune: say which extra installs it, up front."""
     import importlib.util
@@ -107,6 +124,7 @@ def aiplatform_raw(
     name: str | None,
     user_args: list[str],
     gcloud: dict[str, str | None],
+    cluster_python: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """The native spec (raw dict) of a legacy job, as `run --aiplatform` and
     `import-aiplatform` both read it."""
@@ -127,9 +145,10 @@ def aiplatform_raw(
     return to_spec(
         data,
         name=name or sweep_name(data, root, module, job),
-        package_path=str(root),
+        package_path=None if image else str(root),
         module_name=module,
         user_args=user_args,
+        cluster_python=cluster_python,
     )
 
 

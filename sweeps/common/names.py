@@ -37,6 +37,8 @@ LANE = "sweeps.lane"  # the lane that ran it; also a trial run tag
 SEED = "sweeps.seed"  # its seed; also a trial run tag
 CHECKPOINT = "sweeps.checkpoint"  # its latest persisted checkpoint's path
 CHECKPOINT_STEP = "sweeps.checkpoint_step"  # the step that checkpoint was written at
+# Trial config keys that are not params of the run: a packed trainer package (bytes as text).
+NOT_LOGGED = frozenset({"package_archive"})
 ERROR = "sweeps.error"  # the end of its error; also a trial run tag
 RESTARTS = "sweeps.restarts"  # worker-group restarts it survived; also a trial run tag
 REQUEUED_FROM = "sweeps.requeued_from"  # a re-queued trial: the number of the one it continues
@@ -62,6 +64,9 @@ RESUMED_FROM_CHECKPOINT = "sweeps.resumed_from_checkpoint"  # the checkpoint a t
 PYTHON = "sweeps.python"  # the driver's Python version
 VERSION_PREFIX = "sweeps.version."  # + package: its installed version
 HW_PREFIX = "sweeps.hw."  # + key: the trial's hardware (device, workers, ...)
+JOB_DIR = "sweeps.job_dir"  # an AI Platform trial: its job's --job-dir, as given (gs://...)
+OUTPUT_URI = "sweeps.output_uri"  # an AI Platform trial: its folder there, JOB_DIR/<trial id>/
+OUTPUT_FILES = "sweeps.output_files"  # JSON: count, bytes and names of the files found there
 
 # --- Trial metadata reported by the built-in trainer --------------------------------------------
 DATASET = "sweeps.dataset"  # the built-in dataset's name
@@ -109,6 +114,7 @@ COLLECTORS = {
     "file": "sweeps.worker.collectors.file:FileCollector",
     "hypertune": "sweeps.worker.collectors.hypertune:HypertuneCollector",
     "tensorboard": "sweeps.worker.collectors.tensorboard:TensorboardCollector",
+    "wandb": "sweeps.worker.collectors.wandb:WandbCollector",
 }
 # Search strategies: subclasses of optuna.samplers.BaseSampler; a spec's `sampler.options` are
 # the class's keyword arguments.

@@ -19,6 +19,7 @@ from sweeps.common.errors import SpecError
 from sweeps.importers.base import Importer
 
 ALGORITHMS = {"GRID_SEARCH": "grid", "RANDOM_SEARCH": "random", "ALGORITHM_UNSPECIFIED": "tpe"}
+MAX_SHIPPED = 5 * 2**20  # a package shipped to an image with the spec (bytes, packed)
 TIERS = {"BASIC": "n1-standard-4", "STANDARD_1": "n1-standard-8", "BASIC_GPU": "n1-standard-8-t4"}
 
 
@@ -58,11 +59,18 @@ def to_spec(
     config: dict[str, Any],
     *,
     name: str,
-    package_path: str,
+    package_path: str | None,
     module_name: str,
     user_args: list[str] | None = None,
+    job_dir: str | None = None,
+    cluster_python: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
-    """AI Platform job config -> (raw native spec, notes on what was approximated)."""
+    """AI Platform job config -> (raw native spec, notes on what was approximated).
+
+    `package_path` None: a custom container job, its module in the image. `job_dir`: gcloud's
+    --job-dir, passed to the module only when set, and as given. `cluster_python`: an image
+    job's package runs on the cluster's own Python instead of in the image.
+    """
     from tracking.costs import machines
 
     ti = config.get("trainingInput")
@@ -71,6 +79,10 @@ def to_spec(
     hp = ti.get("hyperparameters") or {}
     if not hp.get("params"):
         raise SpecError("trainingInput.hyperparameters.params: at least one parameter")
+    job_dir = job_dir or ti.get("jobDir") or None  # gcloud's --job-dir overrides the config's
+    for arg in [*(user_args or []), job_dir or ""]:
+        if "${" in arg:  # the command runner would read it as a macro
+            raise SpecError(f"argument {arg!r}: '${{' is not passed on literally; expand it first")
     notes: list[str] = []
     space = {}
     for i, p in enumerate(hp["params"]):
@@ -105,27 +117,78 @@ def to_spec(
         },
         "trainer": {
             "entrypoint": names.AIPLATFORM_ENTRYPOINT,
-            "code_dir": str(Path(package_path).resolve()),
             "params": {
                 "module_name": module_name,
                 "user_args": list(user_args or []),
                 "metric_tag": tag,
-                "package_path": str(Path(package_path).resolve()),
+                "package_path": "",
                 "param_names": list(space),
+                "tf_config_job": tf_config_job(ti, module_name, user_args, job_dir),
             },
         },
     }
+    if job_dir:
+        spec["trainer"]["params"]["job_dir"] = job_dir
     if spec["budget"]["max_failed_trials"] is None:
         del spec["budget"]["max_failed_trials"]
     if accel.get("count"):
         spec["resources"]["gpus_per_worker"] = float(accel["count"])
-    image = image_uri(config)
-    if image:  # a custom container: the module is in the image, not in a host folder
-        spec["resources"]["image"] = image
-        del spec["trainer"]["code_dir"]
-        spec["trainer"]["params"]["package_path"] = ""
-        notes.append(f"masterConfig.imageUri {image}: each trial's workers run in it (podman)")
+    _place_package(spec, notes, image_uri(config), package_path, cluster_python)
     return spec, notes
+
+
+def _place_package(
+    spec: dict[str, Any],
+    notes: list[str],
+    image: str | None,
+    package_path: str | None,
+    cluster_python: bool,
+) -> None:
+    """Where the module runs: a host package on the cluster's Python, a package installed in
+    the job's image (shipped with the spec: a container sees no host folder), or (no package)
+    the image's own module."""
+    params = spec["trainer"]["params"]
+    if package_path is not None and (not image or cluster_python):
+        root = str(Path(package_path).resolve())
+        spec["trainer"]["code_dir"] = params["package_path"] = root
+        if image:
+            notes.append(f"--cluster-python: the package runs on the cluster's Python, not {image}")
+        return
+    if not image:
+        raise SpecError("--package-path: required without --master-image-uri")
+    spec["resources"]["image"] = image
+    if package_path is None:
+        notes.append(f"masterConfig.imageUri {image}: each trial's workers run in it (podman)")
+        return
+    from sweeps.worker.cloudml import archive
+
+    blob = archive(package_path)
+    if len(blob) > MAX_SHIPPED * 4 // 3:
+        raise SpecError(
+            f"--package-path {package_path}: over {MAX_SHIPPED // 2**20} MB packed, too big to "
+            "ship with the job to the image: install it in the image, or drop --package-path"
+        )
+    params["package_archive"] = blob
+    notes.append(
+        f"--master-image-uri {image} with --package-path: the package is installed and run in "
+        "the image on each node (podman); --cluster-python runs it on this cluster's own Python"
+    )
+
+
+def tf_config_job(
+    ti: dict[str, Any], module: str, user_args: list[str] | None, job_dir: str | None
+) -> dict[str, Any]:
+    """TF_CONFIG's `job`: the job's trainingInput with snake_case keys, as AI Platform wrote it."""
+
+    def snake(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): snake(x) for k, x in v.items()}
+        return [snake(x) for x in v] if isinstance(v, list) else v
+
+    job = {**snake(ti), "python_module": module, "args": list(user_args or [])}
+    if job_dir:
+        job["job_dir"] = job_dir
+    return job
 
 
 def image_uri(config: dict[str, Any]) -> str | None:
@@ -193,9 +256,10 @@ def apply_gcloud_flags(
     scale_tier: str | None,
     master_machine_type: str | None,
     master_image_uri: str | None = None,
+    job_dir: str | None = None,
 ) -> dict[str, Any]:
-    """gcloud's --scale-tier / --master-machine-type / --master-image-uri override the config,
-    as they do there."""
+    """gcloud's --scale-tier / --master-machine-type / --master-image-uri / --job-dir override
+    the config, as they do there."""
     ti = dict(config.get("trainingInput") or {})
     if scale_tier:
         ti["scaleTier"] = scale_tier.upper().replace("-", "_")
@@ -204,6 +268,8 @@ def apply_gcloud_flags(
         ti.setdefault("scaleTier", "CUSTOM")
     if master_image_uri:
         ti["masterConfig"] = {**(ti.get("masterConfig") or {}), "imageUri": master_image_uri}
+    if job_dir:
+        ti["jobDir"] = job_dir
     return {**config, "trainingInput": ti} if ti else config
 
 
@@ -221,11 +287,12 @@ class AIPlatformImporter(Importer):
     def to_spec(
         self, config: dict[str, Any], *, source: Path, name: str | None = None
     ) -> tuple[dict[str, Any], list[str]]:
-        root = Path.cwd() if image_uri(config) else package_root(None, self.module, source)
+        image = image_uri(config)
+        root = Path.cwd() if image else package_root(None, self.module, source)
         return to_spec(
             config,
             name=name or sweep_name(config, root, self.module, None),
-            package_path=str(root),
+            package_path=None if image else str(root),
             module_name=self.module,
             user_args=[],
         )
@@ -233,24 +300,34 @@ class AIPlatformImporter(Importer):
 
 # ----- on the workers -------------------------------------------------------------------------
 def run_module(config: dict[str, Any]) -> dict[str, Any] | None:
-    """Run the user's module on this worker as AI Platform did: `python -m MODULE --name=value
-    ... --job-dir=DIR USER_ARGS`, metrics from cloudml-hypertune (program mode's runner)."""
-    from sweeps.worker import program
+    """Run the user's module on this worker as AI Platform does: its package installed (with
+    its install_requires) when it has a setup.py, then `python -m MODULE USER_ARGS
+    [--job-dir=JOB_DIR] --name=value ...` (the tuned params last, as AI Platform appends them),
+    with the trial's identity in TF_CONFIG, CLOUD_ML_TRIAL_ID and AIP_MODEL_DIR; the metric
+    from cloudml-hypertune (program mode's runner). Rank 0's result links what the trial wrote
+    under the job dir."""
+    from sweeps.worker import cloudml, program, runtime
 
     names = list(config.get("param_names", []))
+    root = config.get("package_path") or ""
+    if config.get("package_archive"):
+        root = str(cloudml.unpack(config["package_archive"]))
+    interpreter = cloudml.install(root) if root and cloudml.has_setup(root) else "${interpreter}"
+    job_dir = config.get("job_dir") or None
     settings = {
-        "command": [
-            "${interpreter}",
-            "-m",
-            config["module_name"],
-            "${args}",
-            "--job-dir=${trial_dir}",
-        ],
-        "append": list(config.get("user_args", [])),  # verbatim: no macros in the user's args
-        "code_dir": config["package_path"],
+        "command": [interpreter, "-m", config["module_name"]]
+        + list(config.get("user_args", []))  # literal: to_spec refused any with "${"
+        + ([f"--job-dir={job_dir}"] if job_dir else [])
+        + ["${args}"],
+        "code_dir": root,
         "metrics": {"collector": "hypertune"},
         "objectives": [config["metric_tag"]],
         "param_names": names,
         "cpus_per_worker": config.get("cpus_per_worker", 1.0),
+        "job_dir": job_dir,
+        "tf_config_job": config.get("tf_config_job"),
     }
-    return program.run_script(settings, {n: config[n] for n in names if n in config})
+    out = program.run_script(settings, {n: config[n] for n in names if n in config})
+    if out is not None and job_dir:
+        out["links"] = cloudml.outputs(job_dir, runtime.context().trial_number)
+    return out

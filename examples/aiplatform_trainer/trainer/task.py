@@ -1,9 +1,12 @@
 """An AI Platform-era training module, unchanged: argparse flags, torch.distributed from the
-environment (MASTER_ADDR, RANK, WORLD_SIZE...), and the metric reported with cloudml-hypertune.
+environment (MASTER_ADDR, RANK, WORLD_SIZE...), the metric reported with cloudml-hypertune, and
+the model saved under --job-dir joined with the trial id from TF_CONFIG, as Google's samples do.
 It knows nothing about sweeps."""
 
 import argparse
 import gc
+import io
+import json
 import os
 
 import hypertune
@@ -12,6 +15,25 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812
 from sklearn.datasets import load_digits
 from torch import nn
+
+
+def save_model(model: nn.Module, job_dir: str) -> None:
+    """model.pt under JOB_DIR/TRIAL (each HP-tuning trial its own folder): GCS or a folder."""
+    trial = (json.loads(os.environ.get("TF_CONFIG", "{}")).get("task") or {}).get("trial")
+    out = os.path.join(job_dir, trial) if trial else job_dir
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    if out.startswith("gs://"):
+        from google.cloud import storage
+
+        bucket, _, path = out[len("gs://") :].partition("/")
+        blob = storage.Client().bucket(bucket).blob(f"{path}/model.pt".lstrip("/"))
+        blob.upload_from_string(buf.getvalue())
+    else:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "model.pt"), "wb") as f:
+            f.write(buf.getvalue())
+    print(f"model saved to {out}/model.pt", flush=True)
 
 
 def main() -> None:
@@ -64,6 +86,9 @@ def main() -> None:
                 hyperparameter_metric_tag="accuracy", metric_value=acc, global_step=epoch + 1
             )
             print(f"epoch {epoch + 1}: accuracy={acc:.4f}", flush=True)
+    if rank == 0 and args.job_dir:
+        net = model.module if world > 1 else model
+        save_model(net, args.job_dir)
     if world > 1:
         # DDP keeps the process group alive; free it and its gloo threads now, or one of them
         # may still be cleaning up when Python exits, and abort the process (torch 2.x).
