@@ -23,6 +23,7 @@ from typing import Any
 from sweeps.common import names
 from sweeps.common.errors import ProtocolError
 from sweeps.contracts.protocol import Assignment, Stop, TrainerSettings, TrialResult, WarmUp
+from sweeps.execution.raytrain import trial_session
 from sweeps.worker import runtime
 
 BUILTIN_ENTRYPOINT = names.BUILTIN_ENTRYPOINT
@@ -193,6 +194,8 @@ def run_trial(
         with (
             contextlib.redirect_stdout(_Tee(sys.stdout, buf)),
             contextlib.redirect_stderr(_Tee(sys.stderr, buf)),
+            # A function's ray.train.* calls reach the trial, not the lane's Ray Train session.
+            contextlib.nullcontext() if how.program else trial_session(),
         ):
             out = fn(conf)
         result = _result(out, rank, how)
@@ -283,6 +286,7 @@ def _result(out: Any, rank: int, how: TrainerSettings) -> TrialResult:
         return result
     result.dataset = out.get("dataset")
     result.artifacts = out.get("artifacts")
+    result.links = {str(k): str(v) for k, v in (out.get("links") or {}).items()}
     if out.get("model_package"):
         result.model_package, result.model_format = out["model_package"], "pyfunc"
     elif out.get("model") is not None and how.log_models:

@@ -18,15 +18,23 @@ is a process spawned while the lane's worker spawns:
 - the autoscaling coordinator, on a Ray that `ensure_ray` started in-process: no autoscaler
   reads its requests there. Its first request waits for the actor to spawn (~1 s on 2 cores)
   on a fresh cluster, before the controller asks for a worker.
+
+On a lane's worker, `trial_session` gives each trial Ray Train's public functions of its own
+(`ray.train.report`, `get_checkpoint`, ...), which would otherwise talk to the lane's session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import logging
 import os
+import shutil
+from collections.abc import Iterator
 from typing import Any
+
+from sweeps.worker import runtime
 
 # The Ray releases whose private names this module uses (>= first, < second); pyproject pins the
 # same range and tests/test_adapters.py checks the installed one, so an upgrade fails there.
@@ -154,3 +162,174 @@ def actor_classes() -> dict[str, str]:
     import ray._private.state
 
     return {aid: a["ActorClassName"] for aid, a in ray._private.state.actors().items()}
+
+
+# ----- Ray Train's own functions inside a trial ---------------------------------------------
+def _unsupported(call: str, why: str) -> ValueError:
+    return ValueError(f"{call} cannot be honoured inside a sweeps trial: {why}")
+
+
+def _check_ray_release() -> None:
+    import ray
+
+    have = tuple(int(x) for x in ray.__version__.split(".")[:2])
+    low, high = (tuple(int(x) for x in v.split(".")) for v in RAY_TESTED)
+    if not low <= have < high:
+        raise RuntimeError(
+            f"ray.train calls of a trial are routed through Ray Train's private TrainFnUtils, "
+            f"tested with ray >={RAY_TESTED[0]},<{RAY_TESTED[1]}; this worker has {ray.__version__}"
+        )
+
+
+class _TrialSession:
+    """The trial's side of Ray Train's TrainFnUtils (`trial_session` makes the subclass): reports
+    go through `sweeps.worker.runtime.report` (Optuna, MLflow, the pruner's answer, the
+    checkpoint record) and `get_checkpoint` is this trial's. Runtime's own `ray.train.report`
+    (the upload of a checkpoint) and everything after the trial reach the lane's session."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner  # the lane's own session
+        self.through = False  # runtime is persisting: its calls go to the lane's session
+        self.closed = False  # the trial ended: everything goes to the lane's session
+        self.pending: str | None = None  # this rank's checkpoint dir of the report in flight
+        self.upload: dict[str, Any] = {}  # the user's upload options for that report
+        self.latest: Any = None  # the newest checkpoint this rank persisted in this trial
+        self.resumed: Any = None  # the trial's resume checkpoint, once unpacked
+        self.reported: list[Any] = []
+
+    def report(self, metrics: dict[str, Any], checkpoint: Any = None,
+               checkpoint_dir_name: str | None = None, checkpoint_upload_mode: Any = None,
+               delete_local_checkpoint_after_upload: bool | None = None,
+               checkpoint_upload_fn: Any = None, validation: Any = False) -> None:  # fmt: skip
+        from ray.train.v2.api.report_config import CheckpointUploadMode
+
+        mode = checkpoint_upload_mode or CheckpointUploadMode.SYNC
+        if self.closed:
+            return self.inner.report(metrics, checkpoint, checkpoint_dir_name, mode,
+                                     delete_local_checkpoint_after_upload,
+                                     checkpoint_upload_fn, validation)  # fmt: skip
+        if self.through:  # runtime._persist: upload with the user's options, synchronously
+            return self._upload(metrics, checkpoint, checkpoint_dir_name)
+        if validation:
+            why = "a lane's trainer has no validation_config (validate in train_func)"
+            raise _unsupported("ray.train.report(validation=...)", why)
+        if checkpoint is not None and mode == CheckpointUploadMode.NO_UPLOAD:
+            why = "the trial's checkpoints live in the sweep's storage; report a local folder"
+            raise _unsupported("checkpoint_upload_mode=NO_UPLOAD", why)
+        delete = bool(delete_local_checkpoint_after_upload)
+        self._report(metrics, checkpoint, delete, checkpoint_upload_fn)
+        return None
+
+    def _report(self, metrics: dict[str, Any], checkpoint: Any, delete: bool, fn: Any) -> None:
+        for k, v in metrics.items():
+            if type(v).__module__.startswith("torch"):  # as Ray Train refuses them
+                raise ValueError(f"metric '{k}' is a torch tensor: report a number (.item())")
+        clean = {k: float(v) if _is_number(v) else v for k, v in metrics.items()}
+        ctx = runtime.context()
+        # The code passes a checkpoint when it wants one kept, as under Ray Train: the sweep's
+        # interval between checkpoints thins sweeps.report's, not these.
+        if ctx.checkpoint_every:
+            ctx.checkpoint_every, ctx.checkpoint_min_interval_s = 1, 0.0
+        self.upload = {"delete_local_checkpoint_after_upload": delete, "checkpoint_upload_fn": fn}
+        self.through = True
+        try:
+            if checkpoint is None:
+                runtime.report(clean)
+                return
+            with checkpoint.as_directory() as d:
+                self.pending = d
+                runtime.report(clean, checkpoint_dir=d)
+                if delete and d == checkpoint.path:  # not uploaded (rank 0 passed none): as Ray
+                    shutil.rmtree(d, ignore_errors=True)
+        finally:
+            self.through, self.pending, self.upload = False, None, {}
+
+    def _upload(self, metrics: dict[str, Any], checkpoint: Any, name: str | None) -> None:
+        from ray.train import Checkpoint
+        from ray.train.v2.api.report_config import CheckpointUploadMode
+        from ray.train.v2.api.reported_checkpoint import ReportedCheckpoint
+        from ray.train.v2.api.reported_checkpoint import ReportedCheckpointStatus as Status
+
+        # Runtime hands over rank 0's folder; other ranks' files merge into the same
+        # checkpoint, as Ray Train merges every rank's.
+        if checkpoint is None and self.pending is not None:
+            checkpoint = Checkpoint.from_directory(self.pending)
+        self.inner.report(metrics, checkpoint, name, CheckpointUploadMode.SYNC, **self.upload)
+        if checkpoint is not None:  # as under Ray Train: the rank's latest is this one
+            self.latest = self.inner.get_checkpoint()
+            self.reported.append(ReportedCheckpoint(self.latest, metrics, Status.COMMITTED))
+
+    def get_checkpoint(self) -> Any:
+        from ray.train import Checkpoint
+
+        if self.closed or self.through:
+            return self.inner.get_checkpoint()
+        if self.latest is not None:
+            return self.latest
+        if self.resumed is None and runtime.context().resume_from is not None:
+            self.resumed = Checkpoint.from_directory(runtime.get_checkpoint())
+        return self.resumed
+
+    def get_all_reported_checkpoints(self, *args: Any, **kwargs: Any) -> list[Any]:
+        if self.closed:
+            return list(self.inner.get_all_reported_checkpoints(*args, **kwargs))
+        return list(self.reported)  # this trial's, as this rank persisted them
+
+    def get_dataset_shard(self, dataset_info: Any) -> Any:
+        if self.closed:
+            return self.inner.get_dataset_shard(dataset_info)
+        why = "a sweep passes no Ray Datasets to its trials; load data in train_func"
+        raise _unsupported("ray.train.get_dataset_shard", why)
+
+    def get_context(self) -> Any:
+        return self.inner.get_context()  # the lane's ranks are the trial's
+
+    def get_preemption_info(self) -> Any:
+        return self.inner.get_preemption_info()
+
+    def is_distributed(self) -> bool:
+        return bool(self.inner.is_distributed())
+
+    def barrier(self) -> None:
+        return self.inner.barrier()
+
+    def broadcast_from_rank_zero(self, data: Any) -> Any:
+        return self.inner.broadcast_from_rank_zero(data)
+
+
+def _is_number(v: Any) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+@functools.cache
+def _session_class() -> type:
+    from ray.train.v2._internal.execution.train_fn_utils import TrainFnUtils
+
+    return type("TrialFnUtils", (_TrialSession, TrainFnUtils), {})
+
+
+@contextlib.contextmanager
+def trial_session() -> Iterator[None]:
+    """For one trial on this worker: Ray Train's public functions (`ray.train.report`,
+    `get_checkpoint`, `get_context`, `ray.train.torch.prepare_*`, ...) serve the trial instead
+    of the lane's long-lived session. Ray Train V2 dispatches every one of them through the
+    TrainFnUtils installed on the worker, whatever name the caller imported. Inert until the
+    trial's code calls one."""
+    from ray.train.v2._internal.execution import train_fn_utils as tfu
+
+    _check_ray_release()
+    try:
+        inner = tfu.get_train_fn_utils()
+    except RuntimeError:  # not on a Ray Train worker: nothing to route
+        yield
+        return
+    session = _session_class()(inner)
+    tfu.set_train_fn_utils(session)
+    try:
+        yield
+    finally:
+        session.closed = True
+        if tfu.get_train_fn_utils() is session:
+            tfu.set_train_fn_utils(inner)
