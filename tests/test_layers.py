@@ -32,6 +32,7 @@ ENTRY_POINTS = {
     "sweeps",
     "sweeps.api",
     "sweeps.notebook",
+    "sweeps.objectives",
     "sweeps.queries",
     "sweeps.jobs",
     "sweeps.doctor",

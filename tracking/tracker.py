@@ -45,6 +45,8 @@ class MLflowTracker(SweepRun):
         self._models: set[int] = set()  # trials whose model was logged
         self._created: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self._batches = TrialBatches()  # a trial's writes not written yet (tracking.batches)
+        # The params each trial's run started with; a define-by-run trial's come later.
+        self._started_params: dict[int, set[str]] = {}
         self.log_models = True
         self.system_monitor: Any = None
         self.remote: Any = None
@@ -166,7 +168,9 @@ class MLflowTracker(SweepRun):
         params: dict[str, Any] = dict(redact_mapping(t.params, "params"))
         for key in ("workers", "cpus_per_worker", "gpus_per_worker", "machine_type", "preemptible"):
             params[f"resources.{key}"] = getattr(t, key)
-        fixed = {k: v for k, v in t.config.items() if k not in t.params}
+        fixed = {
+            k: v for k, v in t.config.items() if k not in t.params and k not in names.NOT_LOGGED
+        }
         for k, v in redact_mapping(fixed, "trainer").items():
             params[f"fixed.{k}"] = v
         name = f"{ctx.spec.name}-trial-{t.number:04d}"
@@ -182,6 +186,7 @@ class MLflowTracker(SweepRun):
             tags = {**tags, PARENT_RUN_TAG: self._sweep[1]}
         tags = {k: v for k, v in tags.items() if v is not None}
         self._batches.add(trial_id, params=params)
+        self._started_params[trial_id] = set(params)
         self.writer.submit(self._create_run, trial_id, experiment_id, name, tags)
 
     def _experiment(self) -> str:
@@ -193,6 +198,11 @@ class MLflowTracker(SweepRun):
 
     def _w_end(self, t: TrialRecord, end: TrialEnd, experiment_id: str) -> None:
         experiment_id = experiment_id or self._experiment()
+        started = self._started_params.pop(t.trial_id, set())
+        late = {k: v for k, v in t.params.items() if k not in started and v is not None}
+        if late:  # suggested while it ran (sweeps.optimize): written with its end
+            params = redact_mapping(late, "params")
+            self._batches.add(t.trial_id, params={k: str(v)[:6000] for k, v in params.items()})
         self._batches.ending(t.trial_id)
         self.writer.submit(self._finish_trial, t, end, experiment_id)
 
@@ -312,6 +322,7 @@ class MLflowTracker(SweepRun):
             tags[names.DATASET_DIGEST] = str(result.dataset.get("digest"))
         for k, v in (result.hardware if result else {}).items():
             tags[names.hw(k)] = str(v)
+        tags.update(result.links if result else {})
         if result is not None and result.model_error:
             tags[names.MODEL_ERROR] = keep_end(result.model_error, 5000)
         # One write for the final metrics and tags and whatever else is buffered (a tiny trial's

@@ -4,7 +4,8 @@ Workers never touch Optuna or MLflow. They post events to the broker actor (`Nex
 `Report`, `Finished`, `Failed`, `Restarted`, `Log`, `Checkpointed`); the driver drains them,
 writes the stores, and answers under a key built here, so broker and driver can never disagree
 on a key's shape. A `NextTrial` is answered with an `Assignment` or a `Stop`, a `Report` with a
-`Decision`. Anything else is a bug: `check_answer` raises instead of letting a rank wait forever.
+`Decision`, a `Suggest` (an Optuna objective's `suggest_*`, `sweeps.optimize`) with
+`Suggested`. Anything else is a bug: `check_answer` raises instead of letting a rank wait forever.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def next_key(lane: str, seq: int) -> Key:
 def step_key(lane: str, seq: int, step: int) -> Key:
     """The decision for step `step` of the lane's `seq`-th trial."""
     return ("step", lane, seq, step)
+
+
+def suggest_key(lane: str, seq: int, call: int) -> Key:
+    """The value of the `call`-th `suggest_*` of the lane's `seq`-th trial (sweeps.optimize)."""
+    return ("suggest", lane, seq, call)
 
 
 def board_key(*parts: Any) -> Key:
@@ -100,6 +106,16 @@ class Stop:
 NextAnswer = Assignment | Stop
 
 
+@dataclass(frozen=True)
+class Suggested:
+    """The answer to a `Suggest`: the value the driver's `optuna.Trial` sampled, or why it
+    could not (Optuna's own message, raised on every rank)."""
+
+    name: str
+    value: Any = None
+    error: str = ""
+
+
 def check_answer(key: Key, value: Any) -> Any:
     """The one rule for answers: a next-key takes an Assignment or a Stop, a step-key a
     Decision; board values are free-form. Raises ProtocolError for anything else."""
@@ -108,7 +124,9 @@ def check_answer(key: Key, value: Any) -> Any:
         raise ProtocolError(f"answer to {key} must be Assignment or Stop, not {value!r:.200}")
     if kind == "step" and not isinstance(value, Decision):
         raise ProtocolError(f"answer to {key} must be a Decision, not {value!r:.200}")
-    if kind not in ("next", "step", "board"):
+    if kind == "suggest" and not isinstance(value, Suggested):
+        raise ProtocolError(f"answer to {key} must be Suggested, not {value!r:.200}")
+    if kind not in ("next", "step", "suggest", "board"):
         raise ProtocolError(f"unknown answer key {key!r:.200}")
     return value
 
@@ -133,6 +151,9 @@ class TrialResult:
     dataset: dict[str, Any] | None = None
     # A tar.gz of the files rank 0 wrote under the trial dir (program mode).
     artifacts: bytes | None = None
+    # Tags for the trial's MLflow run that link what it wrote outside MLflow (an AI Platform
+    # job dir: names.JOB_DIR, OUTPUT_URI, OUTPUT_FILES).
+    links: dict[str, str] = field(default_factory=dict)
 
 
 # ----- events (worker -> broker -> driver) --------------------------------------------------
@@ -204,6 +225,34 @@ class UserArtifact(Event):
 
     name: str
     data: bytes
+
+
+@dataclass(frozen=True)
+class Suggest(Event):
+    """A define-by-run objective (sweeps.optimize) asks for a param: the driver calls
+    `trial.<method>(name, **args)` on its optuna.Trial, so the study records the distribution."""
+
+    call: int  # the how-many-th suggest of the trial: every rank's key for the same answer
+    method: str  # "suggest_float", "suggest_int" or "suggest_categorical"
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialAttr(Event):
+    """`trial.set_user_attr(key, value)` in a define-by-run objective."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class StopStudy(Event):
+    """No more trials: the objective raised an exception `optimize(catch=...)` does not
+    catch. Running trials finish, as in Optuna, and `optimize` raises the exception again."""
+
+    reason: str
+    error: bytes | None = None  # the exception, cloudpickled
 
 
 class Channel(Protocol):

@@ -20,6 +20,7 @@ from typing import Any
 from sweeps.common import paths, timeline
 from sweeps.contracts.observers import ObserverManager, SweepObserver
 from sweeps.contracts.records import SweepOutcome
+from sweeps.driver.define_by_run import DefineByRun
 from sweeps.driver.loop import Driver
 from sweeps.driver.plan import LanePlan, make_plan
 from sweeps.execution import cluster
@@ -124,9 +125,11 @@ def run_sweep(
     install_signals: bool = True,
     from_process_start: bool = False,
     function: dict[str, Any] | None = None,
+    define_by_run: DefineByRun | None = None,
 ) -> SweepOutcome:
     """`function`: a trainer function packed by `sweeps.notebook.pack`, run in place of the
-    spec's trainer."""
+    spec's trainer. `define_by_run`: the driver's side of `sweeps.optimize` (its sampler and
+    pruner go on the study)."""
     import optuna
 
     from sweeps.search.study import counted_trials, open_study
@@ -159,6 +162,8 @@ def run_sweep(
             _abandon(opened)  # Ray, or a check on its nodes, failed before any trial
             raise
         study = opened.result()
+        define_by_run = define_by_run or DefineByRun()
+        define_by_run.bind(study)
     except BaseException:
         tracker.close()  # its writer process ends too
         raise
@@ -179,6 +184,7 @@ def run_sweep(
             trainer=plan.trainer,
             enqueue=enqueue or [],
             install_signals=install_signals,
+            define_by_run=define_by_run,
             wall_since=time.time() - (time.monotonic() - timeline.current().t0),
         )
         outcome = driver.run()

@@ -20,6 +20,7 @@ from sweeps.contracts.protocol import TrainerSettings
 from sweeps.contracts.records import SweepContext, SweepOutcome
 from sweeps.driver import recovery, signals, summary
 from sweeps.driver.book import TrialBook
+from sweeps.driver.define_by_run import DefineByRun
 from sweeps.driver.policies import BudgetPolicy
 from sweeps.driver.running import RunningTrials
 from sweeps.driver.state import Ending, SweepStatus
@@ -45,6 +46,7 @@ class Driver:
     install_signals: bool = True
     clock: Callable[[], float] = time.time
     wall_since: float | None = None  # when the command started (wall time counts from there)
+    define_by_run: DefineByRun = field(default_factory=DefineByRun)  # sweeps.optimize's side
 
     def __post_init__(self) -> None:
         self.driver_id = uuid.uuid4().hex[:12]
@@ -142,6 +144,13 @@ class Driver:
                 self.running.checkpointed(ev.key, ev.step, ev.path)
             case p.UserMetrics() | p.UserArtifact():
                 self.running.user_logged(ev)
+            case p.Suggest():
+                got = self.define_by_run.suggest(self.running, ev)
+                self.channel.answer(p.suggest_key(ev.lane, ev.seq, ev.call), got)
+            case p.TrialAttr():
+                self.define_by_run.set_attr(self.running, ev)
+            case p.StopStudy():
+                self.status.fail(self.define_by_run.stop(ev))
             case _:
                 raise ProtocolError(f"unknown event from the lanes: {ev!r:.200}")
         if (limit := book.failure_limit()) is not None:

@@ -38,6 +38,10 @@ from sweeps.contracts.protocol import (
     Report,
     Restarted,
     Stop,
+    StopStudy,
+    Suggest,
+    Suggested,
+    TrialAttr,
     TrialResult,
     UserArtifact,
     UserMetrics,
@@ -45,6 +49,7 @@ from sweeps.contracts.protocol import (
     check_answer,
     next_key,
     step_key,
+    suggest_key,
 )
 
 
@@ -221,6 +226,22 @@ class Broker:
         while len(ranks) < world_size and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return len(ranks) >= world_size
+
+    # ----- define-by-run objectives (sweeps.optimize) ----------------------------------------
+    async def suggest(self, lane_id: str, seq: int, call: int, ask: Suggest | None) -> Suggested:
+        """The trial's `call`-th suggestion; rank 0 passes its request, other ranks None and
+        get the same answer."""
+        key = suggest_key(lane_id, seq, call)
+        if ask is not None and key not in self.asked:
+            self.asked.add(key)
+            self._post(ask)
+        return await self._wait_answer(key)
+
+    def trial_attr(self, lane_id: str, seq: int, name: str, value: Any) -> None:
+        self._post(TrialAttr(lane_id, seq, name, value))
+
+    def stop_study(self, lane_id: str, seq: int, reason: str, error: bytes | None = None) -> None:
+        self._post(StopStudy(lane_id, seq, reason, error))
 
     # A small shared board for ranks of one trial (e.g. a rendezvous address chosen by rank 0).
     def put(self, key: Key, value: Any) -> None:
