@@ -27,15 +27,17 @@ def train_function(config: dict[str, Any]) -> Any:  # pragma: no cover - never c
     raise RuntimeError("a function-trainer sweep runs the function given to sweeps.run")
 
 
-def pack(fn: Any) -> dict[str, Any]:
-    """The function as it travels to the workers: cloudpickle bytes and their digest."""
+def pack(fn: Any, source: Any = None, what: str = "train") -> dict[str, Any]:
+    """The function as it travels to the workers: cloudpickle bytes and their digest.
+    `source` (default `fn`) is the user's function whose module may have to go by value."""
     import sys
 
     import cloudpickle
 
-    if not callable(fn):
-        raise SpecError(f"train: expected a function, not {type(fn).__name__}")
-    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    source = fn if source is None else source
+    if not callable(source):
+        raise SpecError(f"{what}: expected a function, not {type(source).__name__}")
+    module = sys.modules.get(getattr(source, "__module__", "") or "")
     where = getattr(module, "__file__", "") or ""
     if module is not None and module.__name__ != "__main__" and "site-packages" not in where:
         # A function in the user's own module (a script's helper file, a test): by value, as

@@ -11,9 +11,7 @@ Returns that `optuna.Study`, loaded from the storage with the given sampler and 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
-import sys
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -177,21 +175,12 @@ def _spec(
 
 
 def _pack(objective: Any, catch: tuple[type[BaseException], ...], n: int) -> dict[str, Any]:
-    """The objective as the lanes run it: `run_objective` bound to it, cloudpickled. The
-    objective's own module goes by value when the workers cannot import it (a script's, a
-    notebook's); ours is imported there."""
-    import cloudpickle
-
+    """The objective as the lanes run it: `run_objective` bound to it, packed as a notebook's
+    function is (its module by value when the workers cannot import it)."""
+    from sweeps.notebook import pack
     from sweeps.worker.optuna_trial import run_objective
 
-    if not callable(objective):
-        raise SpecError(f"objective: expected a function, not {type(objective).__name__}")
-    module = sys.modules.get(getattr(objective, "__module__", "") or "")
-    where = getattr(module, "__file__", "") or ""
-    if module is not None and module.__name__ != "__main__" and "site-packages" not in where:
-        cloudpickle.register_pickle_by_value(module)
-    data = cloudpickle.dumps(functools.partial(run_objective, objective, catch, n))
-    return {"callable": data, "callable_digest": hashlib.sha256(data).hexdigest()[:16]}
+    return pack(functools.partial(run_objective, objective, catch, n), objective, "objective")
 
 
 def _raise_for(outcome: Any, host: Any) -> None:
