@@ -208,7 +208,8 @@ class _TrialSession:
             return self.inner.report(metrics, checkpoint, checkpoint_dir_name, mode,
                                      delete_local_checkpoint_after_upload,
                                      checkpoint_upload_fn, validation)  # fmt: skip
-        if self.through:  # runtime._persist: upload with the user's options, synchronously
+        if self.through or runtime.context().persisting:
+            # runtime._persist: the upload (with the user's options when they reported it)
             return self._upload(metrics, checkpoint, checkpoint_dir_name)
         if validation:
             why = "a lane's trainer has no validation_config (validate in train_func)"
@@ -262,7 +263,7 @@ class _TrialSession:
     def get_checkpoint(self) -> Any:
         from ray.train import Checkpoint
 
-        if self.closed or self.through:
+        if self.closed or self.through or runtime.context().persisting:
             return self.inner.get_checkpoint()
         if self.latest is not None:
             return self.latest

@@ -57,6 +57,7 @@ class TrialContext:
     pending_answer: tuple[int, Any] | None = None
     resume_dir: str | None = None  # the checkpoint get_checkpoint() unpacked
     artifact_bytes: int = 0  # what sweeps.log_artifact has sent so far
+    persisting: bool = False  # _persist's own ray.train calls: the lane's session answers them
 
 
 # Thread-local: in Ray Train's local mode (num_workers=0) lanes are threads of one process.
@@ -178,19 +179,22 @@ def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str |
         with open(os.path.join(checkpoint_dir, META), "w") as f:
             json.dump({"trial_number": ctx.trial_number, "seq": ctx.seq, "step": ctx.step}, f)
         ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir)
-    ray.train.report(
-        {**metrics, "trial_number": ctx.trial_number, "step": ctx.step},
-        checkpoint=ckpt,
-        checkpoint_dir_name=f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}",
-    )
-    if ckpt is not None and ctx.broker is not None:
+    ctx.persisting = True
+    try:
+        ray.train.report(
+            {**metrics, "trial_number": ctx.trial_number, "step": ctx.step},
+            checkpoint=ckpt,
+            checkpoint_dir_name=f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}",
+        )
         # In Ray Train V2 a synchronous report has uploaded the checkpoint when it returns, and
         # get_checkpoint() is now that persisted copy. Its path goes to the driver: a restarted
         # worker group or a resumed sweep continues from it, registered by Ray Train or not.
-        persisted = ray.train.get_checkpoint()
-        if persisted is not None:
-            uri = ctx.storage_scheme + persisted.path
-            ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri)
+        persisted = ray.train.get_checkpoint() if ckpt is not None else None
+    finally:
+        ctx.persisting = False
+    if persisted is not None and ctx.broker is not None:
+        uri = ctx.storage_scheme + persisted.path
+        ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri)
 
 
 def get_checkpoint() -> str | None:
