@@ -619,33 +619,3 @@ def test_an_ending_is_said_once():
     )
     assert ending_text("failed", None) == "failed"
 
-
-def test_a_pruner_counts_a_trial_that_ended_before_its_run_id_came():
-    import optuna
-
-    from sweeps.contracts.records import TrialRecord
-    from sweeps.driver.tells import Teller
-    from sweeps.search.trial_attrs import PendingAttrs
-
-    class NoRunsYet:
-        def created_runs(self):
-            return []
-
-    study = optuna.create_study(
-        direction="maximize", pruner=optuna.pruners.MedianPruner(n_startup_trials=1)
-    )
-    teller = Teller(study, NoRunsYet(), PendingAttrs(study))
-    done = study.ask()
-    done.report(0.9, 1)
-    rec = TrialRecord(
-        number=0, trial_id=done._trial_id, params={}, config={}, seed=0, asked_at=0, assigned_at=0
-    )
-    rec.trial = done
-    teller.tell_linked(rec, 0.9)  # its MLflow run is not made yet: the tell waits
-    assert teller.waiting() and study.trials[0].state.name == "RUNNING"
-    nxt = study.ask()
-    nxt.report(0.1, 1)
-    assert not nxt.should_prune(), "the pruner cannot count a trial it was not told of"
-    teller.tell_all([])
-    assert not teller.waiting() and study.trials[0].state.name == "COMPLETE"
-    assert nxt.should_prune()

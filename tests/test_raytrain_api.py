@@ -111,12 +111,17 @@ def test_what_a_trial_cannot_honour_fails_with_one_line(lane_session, tmp_path):
 @pytest.mark.usefixtures("ray_cluster")
 def test_ray_train_quickstart_runs_unchanged_as_a_sweep(home, tmp_path):
     """Two trials on one 2-worker lane: the second must not see the first's checkpoints, and
-    the median pruner stops it after its first report."""
+    successive halving stops it after its first report. (Successive halving compares a step's
+    value with every trial's at that rung, running or not yet told, so the decision does not
+    wait on the first trial's tell.)"""
     spec = make_spec(
         name="raytrain",
         objective={"metric": "accuracy", "direction": "maximize"},
         search_space={"lr": {"type": "float", "low": 1e-6, "high": 0.5, "log": True}},
-        pruner={"name": "median", "options": {"n_startup_trials": 1, "n_warmup_steps": 0}},
+        pruner={
+            "name": "successive_halving",
+            "options": {"min_resource": 1, "reduction_factor": 2},
+        },
         budget={"trials": 2, "parallel": 1},
         resources={"workers": 2},
         execution={"checkpoint_min_interval_s": 60},  # Ray code's checkpoints are kept anyway

@@ -133,8 +133,6 @@ class TrialBook:
         last = final_step(self.spec, rec.config)
         if last is not None and step >= last:
             return Decision.CONTINUE  # trained to the end: a complete result, not a pruned one
-        if self.teller.waiting():
-            self.teller.tell_all(self.running.records())
         return Decision.PRUNE if rec.trial.should_prune() else Decision.CONTINUE
 
     # ----- the end ----------------------------------------------------------------------------

@@ -73,16 +73,6 @@ class Teller:
         for trial_id in [k for k, v in self._untold.items() if final or v[3] <= now]:
             self._tell_untold(trial_id)
 
-    def tell_all(self, running: Iterable[TrialRecord]) -> None:
-        """A pruner is about to judge a trial: it must count every trial that has ended, so
-        those still waiting for their run ids are told now (an id that comes later goes on the
-        study). Under load a run id can come after the next trial's first report."""
-        recs = list(running)
-        for trial_id, run_id in self.tracker.created_runs():
-            self.link_run(trial_id, run_id, recs)
-        for trial_id in list(self._untold):
-            self._tell_untold(trial_id)
-
     def _tell_untold(self, trial_id: int) -> None:
         rec, values, state, _ = self._untold.pop(trial_id)
         self.tell(rec.trial, values, state)
