@@ -16,7 +16,7 @@ from sweeps.common.errors import SpecError
 from sweeps.contracts.observers import SweepObserver
 from sweeps.contracts.records import SweepOutcome
 from sweeps.queries import compare, describe, logs, ls, show
-from sweeps.spec import Spec, load_spec
+from sweeps.spec import Spec, check_reported, load_spec
 
 __all__ = ["compare", "logs", "ls", "show"]  # re-exported: the API reads sweeps back too
 
@@ -35,6 +35,7 @@ def validate_spec(spec: Spec) -> None:
     from sweeps.search.samplers import make_pruner, make_sampler
 
     space.order(spec.search_space)
+    check_reported(spec)
     _check_entrypoint(spec)
     make_sampler(spec)
     make_pruner(spec.pruner)
@@ -122,10 +123,11 @@ def up(**kw: Any) -> dict[str, Any]:
     return service.urls(info) | {"already": already}
 
 
-def down() -> list[str]:
+def down(say: Any = None) -> list[str]:
+    """Stop the local service; sweeps still running are interrupted first (`say` warns)."""
     from sweeps.service import local as service
 
-    return service.down()
+    return service.down(say=say)
 
 
 def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:

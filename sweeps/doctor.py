@@ -12,6 +12,7 @@ from typing import Any
 
 from sweeps.common.errors import one_line
 from sweeps.common.redact import mask_url
+from sweeps.common.words import plural
 
 
 def _row(service: str, url: str, fn: Any) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def check_storage(url: str) -> tuple[bool, str]:
             )
         ).scalar()
     n = len(storage.get_all_studies())
-    return True, f"{url.split(':')[0]} {version}; {n} sweeps"
+    return True, f"{url.split(':')[0]} {version}; {plural(n, 'sweep')}"
 
 
 def check_tracking(uri: str) -> tuple[bool, str]:

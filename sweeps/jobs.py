@@ -54,6 +54,7 @@ PASS_ENV = (
     "GOOGLE_APPLICATION_CREDENTIALS",
     "SWEEPS_LANE_IDLE_S",
     "SWEEPS_DRIVER_RESTARTS",
+    "SWEEPS_RAY_PATH",  # private (fast) or public Ray Train path for the lanes
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
     "SWEEPS_VERBOSE",  # `sweeps -v submit`: the driver shows our libraries' output too
 )
@@ -181,9 +182,10 @@ def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -
         return lambda: None  # the cluster's own store: `show` works there, not from here
     import optuna
 
+    from sweeps.common.quietlogs import quiet_optuna
     from sweeps.search.study import open_study
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created" is ours to say
+    quiet_optuna()  # "A new study created" is ours to say; its warnings only with -v
     study = open_study(spec, storage)
     keys = (names.STATE, names.JOB_ID, names.SUBMITTED, names.JOB_ADDRESS)
     before = {k: study.user_attrs.get(k) for k in keys}
@@ -302,12 +304,13 @@ def _load_env() -> None:
 def _drive(spec_path: str) -> int:
     from sweeps.common.quietlogs import quiet
     from sweeps.driver.assemble import run_sweep
+    from sweeps.driver.joblog import ProgressLines
     from sweeps.driver.summary import counts_text, ending_text
     from sweeps.spec import load_spec
 
     quiet()  # the driver's log (`sweeps logs --driver`) shows the sweep, as a terminal would
     spec = load_spec(spec_path)
-    outcome = run_sweep(spec, from_process_start=True)
+    outcome = run_sweep(spec, callbacks=[ProgressLines()], from_process_start=True)
     counts = counts_text(outcome.summary.counts)
     print(f"{outcome.name}: {ending_text(outcome.state, outcome.reason)}; {counts}")
     return {"interrupted": 130, "cancelled": 143, "failed": 1}.get(outcome.state, 0)
@@ -329,17 +332,19 @@ def _supervise(spec_path: str, here: bool = False) -> int:
     """Run the driver; if it dies by a signal (OOM killer, a SIGKILL), start another, which
     takes over its trials and continues them from their checkpoints."""
     restarts = int(os.environ.get("SWEEPS_DRIVER_RESTARTS", "2"))
+    stopped: list[int] = []  # signals the job was sent (`cancel`, `down`, `ray job stop`)
     for attempt in range(restarts + 1):
         child = _start_driver(spec_path, here)
 
         def forward(signum: int, _frame: Any, child: Any = child) -> None:
+            stopped.append(signum)
             child.send_signal(signum)
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
         rc = child.wait()
-        if rc >= 0:
-            return rc
+        if rc >= 0 or stopped:  # a driver stopped on purpose is not started again
+            return rc if rc >= 0 else 128 - rc
         print(f"driver died ({signal.Signals(-rc).name}); restart {attempt + 1} of {restarts}")
     return 1
 

@@ -106,8 +106,22 @@ def sweep(spec: Any, *, train: Any = None, **kw: Any) -> SweepResult:
             s = s.model_copy(update={"trainer": trainer})
             function = pack(train)
         validate_spec(s)
+        _check_name(s, kw.get("enqueue"))
         kw.setdefault("install_signals", False)  # a notebook's kernel owns Ctrl-C
         return SweepResult(run_sweep(s, function=function, **kw))
+
+
+def _check_name(s: Spec, enqueue: list[dict[str, Any]] | None) -> None:
+    """An existing sweep of this name runs on only as the same sweep, with budget left: a new
+    `train` under an old name raises rather than returning the old sweep's trials."""
+    from sweeps.common import paths
+    from sweeps.search.reuse import Words, check_reuse
+    from sweeps.spec.params import check_enqueued
+
+    check_enqueued(s.search_space, enqueue or [], "enqueue")
+    note = check_reuse(s, paths.storage_url(s.storage), enqueue, Words("name", "budget.trials"))
+    if note:
+        print(note)
 
 
 @contextlib.contextmanager

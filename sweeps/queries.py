@@ -7,10 +7,11 @@ else what its last driver recorded (finished, stopped, failed, cancelled, interr
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
-from sweeps.common import names, paths
+from sweeps.common import figures, names, paths
 from sweeps.common.errors import NotFoundError
 from sweeps.search.study import run_id_of
 
@@ -67,15 +68,30 @@ def _best(study: Any, trials: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def _wall(study: Any, trials: list[Any]) -> float:
-    """Seconds the sweep's drivers ran (set-up included); first trial start to last end for
-    sweeps recorded before drivers kept their wall time."""
-    stored = study.user_attrs.get(names.WALL_S)
-    if isinstance(stored, int | float):
-        return float(stored)
+def _started(t: Any) -> float | None:
+    return t.datetime_start.timestamp() if t.datetime_start else None
+
+
+def _legacy_wall(trials: list[Any]) -> float:
+    """First trial start to last end: sweeps recorded before drivers kept their wall time."""
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     return (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+
+
+def figures_of(attrs: dict[str, Any], trials: list[Any], live: set[str], now: float) -> dict:
+    """Wall s, trial s and cost $ of a sweep, from its recorded facts (`sweeps.common.figures`):
+    all its drivers' sessions, and a live driver's running trials so far."""
+    wall = figures.wall_s(attrs, live, now)
+    if not wall and not figures.sessions(attrs) and names.WALL_S not in attrs:
+        wall = _legacy_wall(trials)
+    facts = [(t.state.name, t.user_attrs.get("duration_s"), _started(t)) for t in trials]
+    done_cost = sum(float(t.user_attrs.get("cost_usd") or 0.0) for t in trials)
+    return {
+        "cost_usd": round(done_cost + figures.running_cost(attrs, live), 6),
+        "wall_s": round(wall, 1),
+        "trial_s": round(figures.trial_s(facts, now, bool(live)), 1),
+    }
 
 
 def describe(study: Any) -> dict[str, Any]:
@@ -85,8 +101,8 @@ def describe(study: Any) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     attrs = study.user_attrs
     running = any(t.state.name == "RUNNING" for t in trials)
-    trial_s = sum(float(t.user_attrs.get("duration_s") or 0.0) for t in trials)
-    state = sweep_state(attrs, running, bool(live_drivers(study)))
+    live = live_drivers(study)
+    state = sweep_state(attrs, running, bool(live))
     if state == "queued" and attrs.get(names.JOB_ID):
         state = _queued_job_state(attrs)
     return {
@@ -97,9 +113,7 @@ def describe(study: Any) -> dict[str, Any]:
         "direction": study.directions[0].name.lower(),
         "best": _best(study, trials),
         "counts": _counts(trials),
-        "cost_usd": round(sum(t.user_attrs.get("cost_usd", 0.0) for t in trials), 6),
-        "wall_s": round(_wall(study, trials), 1),
-        "trial_s": round(trial_s, 1),
+        **figures_of(attrs, trials, live, time.time()),
         "trials": [_trial_dict(t, attrs) for t in trials],
         "mlflow_experiment_id": attrs.get(names.MLFLOW_EXPERIMENT_ID),
         "parent_run_id": attrs.get(names.MLFLOW_PARENT_RUN_ID),

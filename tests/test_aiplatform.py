@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from sweeps.common.errors import SpecError
+from sweeps.common.extras import install_hint
 from sweeps.importers.aiplatform import (
     apply_gcloud_flags,
     load_config,
@@ -100,7 +102,8 @@ def test_import_prints_only_what_the_job_says(tmp_path):
     assert raw["name"] == "aiplatform_trainer"
     assert set(raw["trainer"]) == {"entrypoint", "code_dir", "params"}  # no model, dataset, epochs
     assert "gpus_per_worker" not in raw["resources"]
-    assert raw["trainer"]["code_dir"] == str(PKG)
+    # Relative to where the spec goes (here the current folder): a spec moves with its code.
+    assert (tmp_path / raw["trainer"]["code_dir"]).resolve() == PKG.resolve()
     spec_from_dict(raw)
 
 
@@ -118,7 +121,9 @@ def test_missing_hypertune_names_the_extra(monkeypatch):
     )
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     r = CliRunner().invoke(app, ["run", "--aiplatform", str(PKG / "config.yaml")])
-    assert r.exit_code == 2 and "pip install 'sweeps[aiplatform]'" in r.output
+    # The extra of this checkout, never `sweeps[...]` from the index (another project).
+    assert r.exit_code == 2 and install_hint("aiplatform") in r.output, r.output
+    assert "'sweeps[" not in r.output and "-m pip install -e '" in r.output
     monkeypatch.undo()
     # On a worker without it, the trial's error says the same.
     settings = {
@@ -141,7 +146,7 @@ def test_missing_hypertune_names_the_extra(monkeypatch):
         )  # fmt: skip
     )
     try:
-        with pytest.raises(program.ProgramError, match=r"sweeps\[aiplatform\]"):
+        with pytest.raises(program.ProgramError, match=re.escape(install_hint("aiplatform"))):
             program.run_script(settings, {})
     finally:
         runtime._set_context(None)

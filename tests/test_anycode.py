@@ -100,10 +100,10 @@ def test_a_seed004_job_writes_its_model_and_metrics_json(home):
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_wandb_sweep_config_runs_unchanged_and_round_trips(home, tmp_path):
     cfg = ROOT / "examples/any_script/wandb-sweep.yaml"
-    r = _cli(home, "import-wandb", str(cfg), "--code-dir", str(ROOT / "examples/any_script"))
-    assert r.returncode == 0, r.stderr
     spec = tmp_path / "from-wandb.yaml"
-    spec.write_text(r.stdout)
+    code = str(ROOT / "examples/any_script")
+    r = _cli(home, "import-wandb", str(cfg), "--code-dir", code, "--out", str(spec))
+    assert r.returncode == 0, r.stderr
     v = _cli(home, "validate", str(spec))
     assert v.returncode == 0, v.stderr
     r = _cli(

@@ -279,3 +279,31 @@ def test_the_price_table_the_readme_says_to_edit_is_the_shipped_one(tmp_path, mo
     assert r.returncode == 2, r.stderr
     assert f"price table {bad}: not a price table" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_legacy_job_pays_a_whole_machine_for_its_master_and_each_worker():
+    """Issue 29 item 17: AI Platform runs each replica on a VM of its own, so master
+    n1-standard-4 plus workerCount 1 costs two machines ($0.38/h), not half of one."""
+    from types import SimpleNamespace
+
+    from conftest import ROOT
+
+    from sweeps.driver.trial_config import trial_resources
+    from sweeps.importers.aiplatform import load_config, to_spec
+    from sweeps.spec import spec_from_dict
+    from tracking.costs import cost_line, resources_cost
+
+    pkg = ROOT / "examples" / "aiplatform_trainer"
+    raw, _ = to_spec(
+        load_config(pkg / "config.yaml"), name="legacy", package_path=str(pkg), module_name="t"
+    )
+    spec = spec_from_dict(raw)
+    r = SimpleNamespace(**trial_resources(spec, {}))
+    assert resources_cost(r, HOUR)[0] == pytest.approx(2 * 0.19)
+    assert spec_cost_facts(spec)["cost_per_hour_usd"] == pytest.approx(0.38)
+    assert "× 2 machine" in cost_line(spec_cost_facts(spec))
+    # A native spec of the same shape still pays the share its workers reserve.
+    native = make_spec(resources={"workers": 2, "machine_type": "n1-standard-4"})
+    assert resources_cost(SimpleNamespace(**trial_resources(native, {})), HOUR)[0] == pytest.approx(
+        0.095
+    )

@@ -506,7 +506,7 @@ def test_a_recycled_lane_stops_and_a_fresh_one_replaces_it():
     (lane,) = h.lanes
     h.run_trial(lane, [0.5])
     stop = h.next(lane)
-    assert isinstance(stop, Stop) and "recycled after 1 trials" in stop.reason
+    assert isinstance(stop, Stop) and "recycled after 1 trial" in stop.reason
     h.end_lane(lane)
     assert len(h.lanes) == 2
     assert isinstance(h.next(h.lanes[1]), Assignment)
@@ -619,3 +619,50 @@ def test_an_ending_is_said_once():
     )
     assert ending_text("failed", None) == "failed"
 
+
+@pytest.mark.parametrize(
+    "how, error, state",
+    [
+        ("ctrl-c twice", "interrupted (Ctrl-C)", "interrupted"),
+        ("sigterm", "terminated (SIGTERM)", "cancelled"),
+        ("sweeps cancel", "cancelled: sweeps cancel", "cancelled"),
+        ("sweeps down", "interrupted: sweeps down", "interrupted"),
+    ],
+)
+def test_a_cancelled_trial_names_what_cancelled_it_its_run_is_killed_and_resume_reruns_it(
+    how, error, state
+):
+    """issue 29 #10, #11: the trial's error says what stopped it, its run ends KILLED (not
+    FAILED), it is no failure of the sweep's, and a resumed sweep queues it again, uncounted."""
+    h = _started(budget={"trials": 2, "parallel": 1})
+    (lane,) = h.lanes
+    a = h.next(lane)
+    if how == "ctrl-c twice":
+        h.driver.interrupt()
+        h.driver.interrupt()
+    elif how == "sigterm":
+        h.driver.terminate()
+    else:
+        kind = "cancel" if how == "sweeps cancel" else "interrupt"
+        h.study.set_user_attr(f"sweeps.{kind}_requested", time.time())
+        h.clock.t += 3
+        h.driver.step(0)
+    assert h.report(a, lane, 1, val_accuracy=0.5) is Decision.CANCEL
+    h.finish(a, lane, state="pruned")
+    h.end_lane(lane)
+    out = h.driver.finish()
+    assert out.state == state
+    t = h.trial(a.trial_number)
+    assert t.state.name == "FAIL" and t.user_attrs["sweeps.error"] == error
+    assert h.tracker.ends[a.trial_number].killed, "its MLflow run ends KILLED"
+    for kind in ("cancel", "interrupt"):  # the fake clock runs behind time.time(): not stale
+        h.study.set_user_attr(f"sweeps.{kind}_requested", 0)
+    again = Harness(study=h.study, budget={"trials": 2, "parallel": 1})
+    again.driver.start()
+    (lane2,) = again.lanes
+    b = again.next(lane2)
+    assert isinstance(b, Assignment) and b.params == a.params, "the cancelled trial runs again"
+    assert again.trial(b.trial_number).user_attrs["sweeps.requeued_from"] == a.trial_number
+    again.finish(b, lane2, val_accuracy=0.7)
+    c = again.next(lane2)
+    assert isinstance(c, Assignment), "the re-run is not counted: one more trial of the budget"

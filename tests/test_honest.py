@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -64,24 +63,31 @@ def swept(tmp_path_factory):
 
 
 def _processes_naming(text: str) -> list[str]:
+    """Live processes with `text` in their command line or environment: Ray's agents retitle
+    themselves (`ray::DashboardAgent`), but keep the RAY_TMPDIR they were started with."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[-1].split()[0] == "Z"
         except OSError:
-            continue  # ended while we looked
-        if text in cmd:
+            continue  # ended while we looked, or not ours to read
+        if (text in cmd or text in env) and not zombie:
             found.append(f"{pid}: {cmd[:200]}")
     return found
 
 
 def test_the_sweeps_ray_ends_with_the_process(swept):
     """`sweeps run` exits as soon as the sweep is recorded, without Ray's teardown: the local
-    cluster it started must still end with it (Ray started it fate-shared), not linger."""
+    cluster it started must still end with it, not linger: its DashboardAgent and
+    RuntimeEnvAgent stayed ~100 s, reparented to PID 1 (issue 29 #28)."""
     *_, ray_tmp = swept
     assert os.listdir(ray_tmp), "the sweep's Ray used this temp dir"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10
     while (left := _processes_naming(ray_tmp)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, left
@@ -108,7 +114,10 @@ def test_logs_hold_every_ranks_lines_once_prefixed_without_ray_internals(swept):
         for e in range(EPOCHS):
             line = f"[rank {rank}] epoch {e} on rank {rank}:"
             assert r.stdout.count(line) == 1, (line, r.stdout)
-    for internal in ("RayTrainWorker", "pid=", "Downloading", "ray.train"):
+    # Ray Train logs from threads of its own while a trial runs (issue 29 #15); the user's
+    # own records stay.
+    assert r.stdout.count("chatty's own warning on rank 0") == 1, r.stdout
+    for internal in ("RayTrainWorker", "pid=", "Downloading", "ray.train", "TrainingReport"):
         assert internal not in r.stdout, (internal, r.stdout)
     assert "Downloading" not in r.stderr
 
@@ -142,13 +151,16 @@ def test_the_experiment_opens_in_mlflow_model_training_mode(swept):
     assert "custom_model_development" in kinds.values(), kinds
 
 
-def test_running_a_finished_sweep_again_shows_the_studys_true_totals(swept):
-    """Item 3: the bar counts the study's trials, not this session's (it said 0/12 before)."""
+def test_running_a_finished_sweep_again_says_plainly_that_nothing_would_run(swept):
+    """Issue 29 #7 (before: the old totals, printed as if this run had made them): the study's
+    own totals, in one line, exit 2, before anything starts; and how to run more."""
     home, spec, *_ = swept
     r = _cli(home, "run", str(spec))
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert re.search(r"\b2/2\b", r.stdout), r.stdout
-    assert "0/2" not in r.stdout
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"sweep '{NAME}' exists (finished, 2 trials), and a budget of 2 trials runs none" in (
+        r.stderr
+    )
+    assert "raise --trials above 2" in r.stderr and len(r.stderr.splitlines()) == 1
     study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{home}/optuna.db")
     assert len(study.trials) == 2, "nothing new was run"
 

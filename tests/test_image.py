@@ -52,8 +52,9 @@ def test_an_image_sweep_checkpoints_outside_its_containers():
 def test_a_node_without_podman_stops_an_image_sweep_before_any_trial(home, monkeypatch):
     spec = make_spec(name="img", resources={"image": "sweeps-test/none:1"})
     monkeypatch.setenv("SWEEPS_CHECKPOINTS", "gs://never-written/ckpt")
-    if shutil.which("podman") is not None:  # a machine that has it: the node says so too
-        cluster.check_image_nodes(spec)
+    if shutil.which("podman") is not None:  # a node that has it, but cannot get the image
+        with pytest.raises(ServiceError, match=r"sweeps-test/none:1 cannot be started on node"):
+            cluster.check_image_nodes(spec)
     # The node is asked for the tool by name: one no node has stands for a node without podman.
     monkeypatch.setattr(cluster, "CONTAINER_TOOL", "podman-not-on-this-node")
     with pytest.raises(ServiceError) as e:

@@ -51,7 +51,8 @@ def test_plots_on_the_parent_run(logged_sweep):
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     arts = {a.path for a in client.list_artifacts(out.parent_run_id, "plots")}
     for name in ("optimization_history", "parallel_coordinate", "intermediate_values"):
-        assert f"plots/{name}.html" in arts and f"plots/{name}.png" in arts, arts
+        # PNGs: the MLflow UI's frame resolves no path to a shared plotly.js (issue 29 item 22)
+        assert f"plots/{name}.png" in arts and f"plots/{name}.html" not in arts, arts
 
 
 def test_plots_of_many_trials_stay_a_readable_size(tmp_path):

@@ -47,7 +47,7 @@ def test_counts_text() -> None:
     assert counts_text({}) == "no trials"
 
 
-def test_run_json_stdout_is_one_document_whatever_ray_prints(monkeypatch) -> None:
+def test_run_json_stdout_is_one_document_whatever_ray_prints(home, monkeypatch) -> None:
     """Ray's error thread prints "(raylet) The node ... marked dead" on stdout while a sweep runs
     and after it (seen in the lost-node test); `run --json` keeps stdout for its document."""
     late = threading.Event()

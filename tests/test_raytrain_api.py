@@ -4,9 +4,11 @@ Train session (issue 28 item 3)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import tarfile
 
 import optuna
 import pytest
@@ -20,7 +22,7 @@ from ray.train.v2._internal.execution import train_fn_utils as tfu
 
 from sweeps import api
 from sweeps.execution.raytrain import trial_session
-from sweeps.worker import runtime
+from sweeps.worker import runtime, workdir
 
 SCRIPTS = ROOT / "tests" / "raytrain"
 
@@ -113,7 +115,10 @@ def test_ray_train_quickstart_runs_unchanged_as_a_sweep(home, tmp_path):
     """Two trials on one 2-worker lane: the second must not see the first's checkpoints, and
     successive halving stops it after its first report. (Successive halving compares a step's
     value with every trial's at that rung, running or not yet told, so the decision does not
-    wait on the first trial's tell.)"""
+    wait on the first trial's tell.) Each trial and rank runs in its own view of code_dir: the
+    function's relative read finds data/classes.txt, its relative writes (model.pth,
+    out/metrics.json) stay out of code_dir and become rank 0's artifacts under workdir/."""
+    code_before = _tree(SCRIPTS)
     spec = make_spec(
         name="raytrain",
         objective={"metric": "accuracy", "direction": "maximize"},
@@ -148,6 +153,11 @@ def test_ray_train_quickstart_runs_unchanged_as_a_sweep(home, tmp_path):
     assert sorted(s["epoch"] for s in by_lr[0.3]) == [0, 0, 1, 1, 2, 2]
     assert [s["epoch"] for s in by_lr[1e-6]] == [0, 0], "pruned after epoch 0: it stopped"
     assert not any(s["resumed"] for s in seen), "no trial saw another's checkpoint"
+    cwds = {(s["lr"], s["rank"]): s["cwd"] for s in seen}
+    assert len(set(cwds.values())) == 4, f"one working dir per trial and rank: {cwds}"
+    assert not any(s["leftover"] for s in seen), "no trial saw another's model.pth"
+    assert not any(os.path.exists(d) or d.startswith(str(SCRIPTS)) for d in cwds.values())
+    assert _tree(SCRIPTS) == code_before, "the user's code_dir is unchanged"
 
     from mlflow.tracking import MlflowClient
 
@@ -155,11 +165,57 @@ def test_ray_train_quickstart_runs_unchanged_as_a_sweep(home, tmp_path):
     run = first.user_attrs["mlflow_run_id"]
     assert [m.value for m in client.get_metric_history(run, "epoch")] == [0, 1, 2]
     assert client.get_run(run).data.metrics["accuracy"] == pytest.approx(first.value)
+    files = {a.path for a in client.list_artifacts(run, "outputs/workdir")}
+    assert files == {"outputs/workdir/model.pth", "outputs/workdir/out"}, files
+    local = client.download_artifacts(run, "outputs/workdir", str(tmp_path / "got"))
+    with open(os.path.join(local, "out", "metrics.json")) as f:
+        assert json.load(f)["accuracy"] == pytest.approx(first.value), "this trial's own file"
+    state = torch.load(os.path.join(local, "model.pth"))
+    assert state["2.weight"].shape == (10, 32), "10 classes, read from data/classes.txt"
+
+
+def test_a_function_trial_runs_in_its_own_view_and_the_worker_gets_its_cwd_back(
+    tmp_path, monkeypatch
+):
+    code = tmp_path / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "data" / "classes.txt").write_text("a b")
+    monkeypatch.chdir(tmp_path)
+    with workdir.for_function("code", 4, 1) as view:  # relative: to the worker's cwd
+        assert open("data/classes.txt").read() == "a b"
+        torch.save({"w": 1}, "model.pth")
+        first = os.getcwd()
+        blob = view.pack()
+    with pytest.raises(KeyError), workdir.for_function(str(code), 5, 1):
+        assert not os.path.exists("model.pth"), "the next trial starts from code_dir alone"
+        second = os.getcwd()
+        raise KeyError("a trial that fails")
+    assert os.getcwd() == str(tmp_path), "the lane's next trial starts where this one did"
+    assert first != second and not os.path.exists(first) and not os.path.exists(second)
+    assert sorted(os.listdir(code)) == ["data"]
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        assert tar.getnames() == ["workdir/model.pth"]
+    with workdir.for_function(None, 6, 0) as none:
+        assert none is None and os.getcwd() == str(tmp_path)
+
+
+def _tree(folder) -> dict[str, float]:
+    """Every file under folder with its mtime (bytecode caches aside: the import writes them)."""
+    return {str(p.relative_to(folder)): p.stat().st_mtime for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}  # fmt: skip
 
 
 def test_an_untested_ray_release_fails_with_one_line(lane_session, monkeypatch):
+    """Only a trial's own ray.train calls fail there: one that never makes one runs on, as
+    lanes do on such a Ray (the host's public path)."""
     monkeypatch.setattr(ray, "__version__", "2.99.0")
-    with pytest.raises(RuntimeError) as e, trial_session():
-        pass
-    assert "tested with ray >=2.60,<2.61; this worker has 2.99.0" in str(e.value)
+    runtime._set_context(_ctx())
+    with trial_session():
+        runtime.report({"accuracy": 0.5})  # sweeps' own report is untouched
+        with pytest.raises(RuntimeError) as e:
+            report({"accuracy": 0.5})
+    assert str(e.value) == (
+        "ray.train calls of a trial are routed through Ray Train's TrainFnUtils, tested with "
+        "ray >=2.60,<2.61; this worker has 2.99.0"
+    )
     assert tfu.get_train_fn_utils() is lane_session

@@ -103,10 +103,8 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path, monkeypatch):
 
     c = api.promote("sweep-c", "digits-mlp", if_better=True)
     assert c["moved"] and c["previous_version"] == "1"
-    assert {r["version"]: r for r in api.models("digits-mlp")}["3"]["aliases"] == [
-        "challenger",
-        "champion",
-    ]
+    rows = {r["version"]: r for r in api.models("digits-mlp")}
+    assert rows["3"]["aliases"] == ["champion"] and rows["2"]["aliases"] == ["challenger"]
     assert api.rollback("digits-mlp") == ("3", "1")
     rows = {r["version"]: r for r in api.models("digits-mlp")}
     assert "champion" in rows["1"]["aliases"]
@@ -172,6 +170,13 @@ def test_champion_challenger_rollback_and_predict(home, tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     warn = [ln for ln in r.stderr.splitlines() if "outside" in ln]
     assert len(warn) == 1 and "[0, 1]" in warn[0], r.stderr
+
+    # docs/REGISTRY.md's serve recipe, its two blocks run as written against this champion
+    from doc_blocks import run_serve_recipe
+
+    x, served = run_serve_recipe(home, tmp_path / "project")
+    assert served.shape == (5, 10), served.shape
+    assert (served.argmax(1) == np.asarray(model.predict(x)).argmax(1)).all()
 
     # errors: unknown sweep, unknown metric, nothing half-registered
     with pytest.raises(NotFoundError):

@@ -161,7 +161,7 @@ def test_sweep_against_a_tracking_server_rest_view(home, tmp_path, monkeypatch, 
                 [out.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
             )
         plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-        assert "plots/optimization_history.html" in plots
+        assert "plots/optimization_history.png" in plots
     finally:
         server.stop()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,6 +254,12 @@ def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
     # -f reads the log to the job's end, as a user following it would.
     log = svc.cli("logs", "qs-svc", "--driver", "-f").stdout
     assert "qs-svc: finished" in log
+    # Progress as trials end, not only the last line (issue 29 #14): one line per trial, each
+    # flushed when it ends, before the sweep's last line.
+    lines = log.splitlines()
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("qs-svc: finished"))
+    ended = [ln for ln in lines[:last] if re.match(r"qs-svc: trial #\d+ ", ln)]
+    assert len(ended) == 4 and ended[-1].endswith("4/4 ended, best " + ended[-1].split()[-1])
     assert not any((svc.home / "jobs").iterdir()), "the ended job removed its folder"
     ls = json.loads(svc.cli("ls", "--json").stdout)
     assert {r["name"]: r["state"] for r in ls}["qs-svc"] == "finished", "ls and show agree"
@@ -379,16 +386,37 @@ def test_a_client_that_is_no_ray_node_submits_shows_follows_and_cancels(svc, tmp
     assert doc["state"] == "cancelled", doc
     assert not doc["counts"].get("RUNNING"), "nothing left RUNNING"
     client = MlflowClient(svc.tracking)
-    for t in doc["trials"]:
-        if t["state"] == "FAIL":
-            assert client.get_run(t["mlflow_run_id"]).info.status in ("KILLED", "FAILED")
+    cancelled = [t for t in doc["trials"] if t["state"] == "FAIL"]
+    assert cancelled, doc["trials"]
+    for t in cancelled:  # as the README says, and naming what stopped it (issue 29 #11)
+        assert client.get_run(t["mlflow_run_id"]).info.status == "KILLED"
+        assert t["error"] == "cancelled: sweeps cancel", t
 
 
-def test_zz_down_stops_what_up_started_and_nothing_else(svc):
+def test_zz_down_stops_what_up_started_and_nothing_else(svc, tmp_path):
+    """...and a sweep still running is warned of, interrupted and recorded so: no trial left
+    RUNNING, a stop reason, its cancelled trial marked for `resume` to run again (#10)."""
+    spec = _byo_spec(tmp_path / "late.yaml", "late", trials=20, epochs=50, sleep=0.2)
+    svc.cli("submit", spec)
+    end = time.time() + 300
+    while not api.show("late", svc.storage)["counts"].get("RUNNING"):
+        assert time.time() < end, "the sweep never ran a trial"
+        time.sleep(1)
     pids = _service_pids(svc.home)
     assert pids, "the service's processes are recorded"
     r = svc.cli("down")
     assert "ray" in r.stdout
+    assert "warning: 1 sweep(s) running: late" in r.stderr and "sweeps resume" in r.stderr
+    doc = api.show("late", svc.storage)
+    assert doc["state"] == "interrupted" and "sweeps down" in (doc["stop_reason"] or ""), doc
+    assert not doc["counts"].get("RUNNING"), doc["counts"]
+    (stopped,) = [t for t in doc["trials"] if t["state"] == "FAIL"]
+    assert stopped["error"] == "interrupted: sweeps down"
+    assert MlflowClient(svc.tracking).get_run(stopped["mlflow_run_id"]).info.status == "KILLED"
+    import optuna
+
+    study = optuna.load_study(study_name="late", storage=svc.storage)
+    assert study.trials[stopped["number"]].user_attrs["sweeps.cancelled"], "resume re-runs it"
     time.sleep(2)
     alive = [p for p in pids if daemons.alive(p)]  # a zombie, not yet reaped by PID 1, is not
     assert not alive, f"still running: {alive}"

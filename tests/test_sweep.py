@@ -93,6 +93,21 @@ def test_sweep_finishes_with_every_trial_in_optuna_and_mlflow(digits_sweep):
         assert run.data.metrics["cost_usd"] > 0  # e2-standard-2 has a price
 
 
+def test_the_spec_a_driver_stored_is_the_same_sweep_when_run_again(digits_sweep):
+    """Issue 29 #7: what the driver stored reads back as the same sweep, so running the spec
+    again under its name says the budget is spent, and a larger budget continues it."""
+    from sweeps.common import paths
+    from sweeps.common.errors import SpecError
+    from sweeps.search.reuse import check_reuse
+
+    _, spec, _ = digits_sweep
+    with pytest.raises(SpecError, match=r"\(finished, 6 trials\), and a budget of 6 trials"):
+        check_reuse(spec, paths.storage_url())
+    more = spec.model_copy(update={"budget": spec.budget.model_copy(update={"trials": 8})})
+    note = check_reuse(more, paths.storage_url())
+    assert note == "continuing sweep 'quickstart' (finished, 6 trials): up to 2 trials more"
+
+
 def test_a_bad_trial_was_pruned_in_both_stores(digits_sweep):
     home, _, _ = digits_sweep
     doc = api.show("quickstart")

@@ -156,7 +156,10 @@ def test_the_parent_run_is_made_by_the_writer_process_and_mlflow_stays_out_of_th
         tracker.close()
         """
     )
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    # cwd: MLflow puts an experiment made without an artifact location under ./mlruns
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     early, parent, experiment, imported = json.loads(r.stdout.splitlines()[-1])
     assert early is None and parent and experiment, "the ids came back, later"

@@ -135,17 +135,18 @@ def test_unsupported_keys_are_named_by_their_path(config, message):
 def test_import_wandb_round_trip(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEPS_HOME": str(tmp_path)}
     cmd = [sys.executable, "-m", "sweeps.cli"]
-    r = subprocess.run(
-        [*cmd, "import-wandb", str(ANY / "wandb-sweep.yaml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = tmp_path / "native.yaml"
+    with out.open("w") as f:  # `sweeps import-wandb ... > native.yaml`, as a shell does it
+        r = subprocess.run(
+            [*cmd, "import-wandb", str(ANY / "wandb-sweep.yaml")],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     assert r.returncode == 0, r.stderr
     assert "method bayes: searched with Optuna's TPE" in r.stderr
-    out = tmp_path / "native.yaml"
-    out.write_text(r.stdout)
     spec = load_spec(out)
     assert spec.name == "wandb-sweep" and spec.trainer.code_dir == str(ANY)
     assert spec.trainer.params == {"epochs": 6} and spec.budget.trials == 6
@@ -154,7 +155,7 @@ def test_import_wandb_round_trip(tmp_path):
     )
     assert v.returncode == 0 and v.stdout.startswith("ok: wandb-sweep"), v.stderr
     # A program that is not there: one line, exit 2, before anything runs.
-    raw = yaml.safe_load(r.stdout)
+    raw = yaml.safe_load(out.read_text())
     raw["trainer"]["program"] = "missing.py"
     out.write_text(yaml.safe_dump(raw))
     v = subprocess.run(

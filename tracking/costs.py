@@ -14,6 +14,8 @@ Pure functions. The billing rule, for a trial of W workers on machine type M for
 * cost = machines × hourly price × T, where the hourly price is the table's on-demand price,
   or its spot price when ``resources.preemptible`` is true (no spot price: an error).
 * GPU-hours = W × gpus_per_worker × T, whatever the machine.
+* With ``resources.whole_machines`` (AI Platform's replicas, each a VM of its own) every worker
+  pays whole machines, ``W * max(1, ceil(s))``, however little of one it reserves.
 
 So 8 one-GPU workers on an 8-GPU ``a2-highgpu-8g`` pay one machine ($29.387/h), 12 pay two,
 and a 0.25-GPU worker pays 1/32 of it ($0.918/h), the same as 0.25 of an ``a2-highgpu-1g``.
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sweeps.common.errors import SpecError, one_line
+from sweeps.common.words import plural
 
 if TYPE_CHECKING:
     from sweeps.spec import Spec
@@ -110,12 +113,20 @@ def worker_share(m: Machine, gpus_per_worker: float, cpus_per_worker: float = 1.
 
 
 def machines_billed(
-    m: Machine, *, workers: int, gpus_per_worker: float, cpus_per_worker: float = 1.0
+    m: Machine,
+    *,
+    workers: int,
+    gpus_per_worker: float,
+    cpus_per_worker: float = 1.0,
+    whole_machines: bool = False,
 ) -> float:
     """How many machines of type `m` a trial pays for: a fraction when its workers fit on one,
-    else whole machines, packing `floor(1 / share)` workers on each."""
+    else whole machines, packing `floor(1 / share)` workers on each; with `whole_machines`, a
+    machine (or more) for each worker."""
     share = worker_share(m, gpus_per_worker, cpus_per_worker)
     workers = max(int(workers), 0)
+    if whole_machines:
+        return float(workers * max(1, math.ceil(share - _EPS)))
     if workers * share <= 1 + _EPS:
         return workers * share
     if share > 1 + _EPS:
@@ -132,11 +143,16 @@ def trial_cost(
     seconds: float,
     cpus_per_worker: float = 1.0,
     preemptible: bool = False,
+    whole_machines: bool = False,
 ) -> tuple[float, float]:
     """(cost_usd, gpu_hours) of `workers` workers running for `seconds` of wall time."""
     hours = max(seconds, 0.0) / 3600.0
     n = machines_billed(
-        m, workers=workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker
+        m,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        cpus_per_worker=cpus_per_worker,
+        whole_machines=whole_machines,
     )
     cost = hourly_price(m, preemptible) * n * hours
     gpu_hours = gpus_per_worker * workers * hours
@@ -154,6 +170,7 @@ def resources_cost(r: Any, seconds: float) -> tuple[float, float]:
             gpus_per_worker=r.gpus_per_worker,
             cpus_per_worker=r.cpus_per_worker,
             preemptible=r.preemptible,
+            whole_machines=bool(getattr(r, "whole_machines", False)),
             seconds=seconds,
         )
     except KeyError:
@@ -225,7 +242,11 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
         m = machine(name)
         price = hourly_price(m, r.preemptible)
         n = machines_billed(
-            m, workers=workers, gpus_per_worker=gpus, cpus_per_worker=r.cpus_per_worker
+            m,
+            workers=workers,
+            gpus_per_worker=gpus,
+            cpus_per_worker=r.cpus_per_worker,
+            whole_machines=r.whole_machines,
         )
         if best is None or price * n > best[0]:
             best = (price * n, n, price, name)
@@ -243,9 +264,9 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
     elif hours is not None:
         worst = b.trials * per_hour * hours
         basis = (
-            f"{b.trials} trials × ${per_hour:.4g}/h × {hours:.4g} h, assuming no trial runs "
-            f"longer than budget.timeout_s ({b.timeout_s:g} s; the timeout stops launching, it "
-            "does not cut a running trial)"
+            f"{plural(b.trials, 'trial')} × ${per_hour:.4g}/h × {hours:.4g} h, assuming no trial "
+            f"runs longer than budget.timeout_s ({b.timeout_s:g} s; the timeout stops launching, "
+            "it does not cut a running trial)"
         )
         if b.max_cost_usd is not None:
             capped = b.max_cost_usd + min(b.parallel, b.trials) * per_hour * hours
@@ -286,7 +307,7 @@ def cost_line(facts: dict[str, Any]) -> str:
     trial = (
         f"cost: ${facts['cost_per_hour_usd']:.4g}/h per trial ({where}, {facts['price']} "
         f"${facts['price_per_machine_hour_usd']:.4g}/h × {facts['machines_per_trial']:.4g} "
-        "machine)"
+        f"machine{'s' if facts['machines_per_trial'] > 1 else ''})"
     )
     worst = facts["worst_case_cost_usd"]
     if worst is None:

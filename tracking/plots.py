@@ -21,10 +21,33 @@ from sweeps.contracts.records import SweepContext, SweepSummary
 PLOTS = ("optimization_history", "param_importances", "parallel_coordinate", "intermediate_values")
 
 
-def make_plots(study: Any, out_dir: str) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """Write each plot as HTML and PNG into out_dir; returns ({plot: {fmt: path}}, notes).
+def shared_plotly_js(folder: str) -> str:
+    """plotly.js, written once into `folder` (one copy per sweeps home) for every interactive
+    plot to load by relative path: no CDN (self-hosted users are often offline), and not ~4.8 MB
+    inside each plot's HTML (4 plots a sweep made ~19 MB; 28 tiny sweeps, 477 MB)."""
+    import plotly
+    from plotly.offline import get_plotlyjs
 
-    The HTML embeds plotly.js (no CDN): self-hosted users are often offline.
+    path = os.path.join(folder, f"plotly-{plotly.__version__}.min.js")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(get_plotlyjs())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from a browser run by another user
+        os.replace(tmp, path)  # whole or absent, even with two writers at once
+    return path
+
+
+def make_plots(
+    study: Any, out_dir: str, plotly_js: str | None = None
+) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Write each plot as PNG into out_dir, and as interactive HTML that loads `plotly_js`
+    (`shared_plotly_js`) by relative path when given; returns ({plot: {fmt: path}}, notes).
+
+    The MLflow run gets the PNGs only: its UI shows an HTML artifact in a sandboxed frame
+    where no relative path resolves, so plotly.js would have to be inside each file again.
+    The interactive plots are in `sweeps report`'s folder and in `sweeps ui`'s dashboard.
     """
     import matplotlib
 
@@ -52,9 +75,12 @@ def make_plots(study: Any, out_dir: str) -> tuple[dict[str, dict[str, str]], lis
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fig = getattr(vis, f"plot_{name}")(study, **kw)
-                html = os.path.join(out_dir, f"{name}.html")
-                fig.write_html(html, include_plotlyjs=True, full_html=True)
+                kinds: dict[str, str] = {}
+                if plotly_js:
+                    fig = getattr(vis, f"plot_{name}")(study, **kw)
+                    kinds["html"] = os.path.join(out_dir, f"{name}.html")
+                    js = os.path.relpath(plotly_js, out_dir)
+                    fig.write_html(kinds["html"], include_plotlyjs=js, full_html=True)
                 ax = getattr(vis_mpl, f"plot_{name}")(study, **kw)
                 png = os.path.join(out_dir, f"{name}.png")
                 _drop_long_legend(ax)
@@ -62,7 +88,7 @@ def make_plots(study: Any, out_dir: str) -> tuple[dict[str, dict[str, str]], lis
                 figure.set_size_inches(8, 5)
                 figure.savefig(png, dpi=90, bbox_inches="tight")
                 plt.close("all")
-            files[name] = {"html": html, "png": png}
+            files[name] = {**kinds, "png": png}
         except Exception as e:  # too few trials for this plot, typically
             notes.append(f"{name}: not drawn ({one_line(e, 160)})")
             plt.close("all")
@@ -109,7 +135,7 @@ def warm_plotting() -> None:
         )
     out = tempfile.mkdtemp(prefix="sweeps-plots-warm-")
     try:
-        make_plots(study, out)
+        make_plots(study, out)  # the PNGs, as the sweep's end draws them
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -71,6 +71,32 @@ def check_input_range(x: Any, scaling: dict[str, Any]) -> str | None:
     )
 
 
+def shape_text(shape: tuple[int, ...]) -> str:
+    """Pure: a signature's shape as a person reads it: (-1, 1, 8, 8) -> (N, 1, 8, 8)."""
+    return "(" + ", ".join("N" if d == -1 else str(d) for d in shape) + ")"
+
+
+def fit_shape(shape: tuple[int, ...], expected: tuple[int, ...]) -> tuple[int, ...] | str:
+    """Pure: the shape an input of `shape` takes for a model whose signature expects `expected`
+    (-1: any): a CSV row per image becomes the image; else why it does not fit, naming the
+    expected shape (never the values)."""
+    per_row = 1
+    for d in expected[1:]:
+        per_row *= d if d > 0 else 0
+    if len(shape) == 2 and len(expected) > 2 and per_row and shape[1] == per_row:
+        shape = (shape[0], *expected[1:])
+    fits = len(shape) == len(expected) and all(
+        e in (-1, s) for s, e in zip(shape, expected, strict=True)
+    )
+    if fits:
+        return shape
+    rows = f"; or one row of {per_row} values per sample" if len(expected) > 2 and per_row else ""
+    return (
+        f"INPUT: an array of shape {tuple(shape)}; the model's signature expects "
+        f"{shape_text(expected)}, N samples{rows}"
+    )
+
+
 def _version_of(ref: str, tracking_uri: str) -> Any:
     """The registered model version a reference names, or None (not a registry reference)."""
     from tracking.registry import _client
@@ -133,10 +159,10 @@ def predict(
         raise NotFoundError(f"cannot load {uri}: {one_line(e, 200)}") from None
     schema = model.metadata.get_input_schema()
     if schema is not None and schema.is_tensor_spec():
-        shape = schema.inputs[0].shape
-        if len(shape) > 2 and x.ndim == 2:  # a CSV row per image: restore the image shape
-            x = x.reshape((-1, *shape[1:]))
-        x = x.astype(schema.inputs[0].type)
+        fit = fit_shape(tuple(x.shape), tuple(schema.inputs[0].shape))
+        if isinstance(fit, str):
+            raise SpecError(fit)
+        x = x.reshape(fit).astype(schema.inputs[0].type)
     scaling = _scaling_of(mv)
     if notes is not None:
         if scaling is None:
@@ -146,7 +172,11 @@ def predict(
             warning = check_input_range(x, scaling)
             if warning:
                 notes.append(f"warning: {warning}")
-    y = np.asarray(model.predict(x))
+    try:
+        y = np.asarray(model.predict(x))
+    except Exception as e:  # MLflow's schema errors quote the whole input: say its shape
+        why = one_line(e, 300) if len(str(e)) <= 300 else type(e).__name__
+        raise SpecError(f"INPUT: the model rejected an array of shape {x.shape}: {why}") from None
     if out_path:
         if out_path.endswith(".npy"):
             np.save(out_path, y)

@@ -18,6 +18,7 @@ from typing import Any
 
 from sweeps.common import names
 from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
+from tracking.aliases import add_decision, decisions, history, place_aliases
 from tracking.model_log import FORMAT_TAG, OUTPUTS
 
 
@@ -225,18 +226,17 @@ def _register_and_move(
     reason: str,
     remote: str | None = None,
 ) -> str | None:
-    """Registers the trial (unless `existing`) as `challenger`, moves `alias` if `move`, and
-    records the decision; the version. A new version is deleted again if a step fails."""
+    """Registers the trial (unless `existing`), moves `alias` if `move` (else the version is
+    the `challenger`), and adds the decision to its history; the version. A new version is
+    deleted again if a step fails."""
     version = existing
     try:
         if existing is None:
             version = _register(client, model, logged, run_id, tags, remote)
-            client.set_registered_model_alias(model, "challenger", version)
-        if move:
-            client.set_registered_model_alias(model, alias, version)
-            _push_history(client, model, alias, holder_version)
-        if existing is None or move:  # a repeated promotion that changes nothing keeps the tag
-            client.set_model_version_tag(model, version, names.DECISION, reason)
+        assert version is not None
+        place_aliases(client, model, alias, version, move, holder_version)
+        if existing is None or move:  # a repeated promotion that changes nothing adds nothing
+            add_decision(client, model, version, alias, reason)
     except Exception as e:
         if version is not None and existing is None:  # nothing half-registered
             try:
@@ -331,19 +331,6 @@ def _wait_ready(client: Any, model: str, version: str, timeout: float = 60) -> N
     raise ServiceError(f"model {model} v{version} did not become READY in {timeout:g} s")
 
 
-def _history(client: Any, model: str, alias: str) -> list[str]:
-    tags = client.get_registered_model(model).tags
-    return json.loads(tags.get(names.alias_history(alias), "[]"))
-
-
-def _push_history(client: Any, model: str, alias: str, previous: str | None) -> None:
-    if previous is None:
-        return
-    hist = _history(client, model, alias)
-    hist.append(str(previous))
-    client.set_registered_model_tag(model, names.alias_history(alias), json.dumps(hist[-50:]))
-
-
 def rollback(model: str, *, tracking_uri: str, alias: str = "champion") -> tuple[str, str]:
     """Move the alias back to the version that held it before; returns (from, to)."""
     client = _client(tracking_uri)
@@ -351,7 +338,7 @@ def rollback(model: str, *, tracking_uri: str, alias: str = "champion") -> tuple
         current = client.get_model_version_by_alias(model, alias).version
     except Exception:
         raise NotFoundError(f"model '{model}' has no alias '{alias}'") from None
-    hist = _history(client, model, alias)
+    hist = history(client, model, alias)
     if not hist:
         raise NotFoundError(f"model '{model}': alias '{alias}' has no earlier holder")
     previous = hist.pop()
@@ -384,7 +371,8 @@ def versions(model: str, *, tracking_uri: str) -> list[dict[str, Any]]:
                 "value": mv.tags.get(names.METRIC_VALUE),
                 "sweep": mv.tags.get(names.SWEEP),
                 "trial": mv.tags.get(names.TRIAL),
-                "decision": mv.tags.get(names.DECISION),
+                "decision": (decisions(mv.tags.get(names.DECISION)) or [None])[-1],
+                "decisions": decisions(mv.tags.get(names.DECISION)),
                 "rollback": mv.tags.get(names.ROLLBACK),
                 "input_scaling": mv.tags.get(names.INPUT_SCALING),
             }

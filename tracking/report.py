@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from sweeps.common import names
+from sweeps.common.words import plural
 
 NOTE_TAG = "mlflow.note.content"
 
@@ -137,11 +138,26 @@ def _add_run(
 def _wall_s(attrs: dict[str, Any], starts: list[Any], ends: list[Any]) -> float:
     """The drivers' own wall time (set-up included) when they recorded it; else first trial
     start to last trial end."""
-    if isinstance(attrs.get(names.WALL_S), int | float):
-        return float(attrs[names.WALL_S])
+    from sweeps.common import figures
+
+    if isinstance(attrs.get(names.WALL_S), int | float) or figures.sessions(attrs):
+        return figures.wall_s(attrs, set(), time.time())  # every driver's, up to its last beat
     if starts and ends:
         return (max(ends) - min(starts)).total_seconds()
     return 0.0
+
+
+def per_trial(r: dict[str, Any]) -> str:
+    """A trial's resources in words: "1 worker × 1 CPU, 0 GPUs each, machine type local"."""
+
+    def count(key: str, word: str) -> str:
+        v = r.get(key)
+        return plural(v, word) if isinstance(v, int | float) else f"- {word}s"
+
+    return (
+        f"{count('workers', 'worker')} × {count('cpus_per_worker', 'CPU')}, "
+        f"{count('gpus_per_worker', 'GPU')} each, machine type {r.get('machine_type', '-')}"
+    )
 
 
 def price_basis(spec_yaml: str) -> str:
@@ -191,11 +207,7 @@ def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None =
         out.append("- Data: not recorded (no completed trial logged a dataset)")
     out += ["", "## Resources and cost", ""]
     r = d["resources"]
-    out.append(
-        f"- Per trial: {r.get('workers', '-')} workers × {r.get('cpus_per_worker', '-')} "
-        f"CPUs, {r.get('gpus_per_worker', '-')} GPUs each, machine type "
-        f"{r.get('machine_type', '-')}"
-    )
+    out.append(f"- Per trial: {per_trial(r)}")
     out.append(f"- Prices: {price_basis(d['spec'])}")
     out.append(f"- Total cost: ${d['cost_usd']:.4f}; GPU-hours: {d['gpu_hours']:.4f}")
     out += ["", "## Durations", ""]
@@ -235,40 +247,55 @@ def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None =
         out.append('No notes. Add one with `sweeps note NAME "what happened and the fix"`.')
     out += ["", "## Plots", ""]
     for name, files in (plots or {}).items():
-        out.append(f"![{name}]({files['png']})")
+        live = f" ([interactive]({files['html']}))" if files.get("html") else ""
+        out += [f"![{name}]({files['png']}){live}", ""]
     if not plots:
         out.append("No plots (too few finished trials).")
     return "\n".join(out) + "\n"
 
 
-def render_html(markdown_text: str, plots: dict[str, dict[str, str]] | None = None) -> str:
-    """Self-contained HTML: the Markdown as preformatted sections plus the plots inlined."""
-    body = []
-    for block in markdown_text.split("\n## "):
-        title, _, rest = block.partition("\n")
-        body.append(f"<h2>{html.escape(title.lstrip('# '))}</h2><pre>{html.escape(rest)}</pre>")
-    for name, files in (plots or {}).items():
-        png = files.get("png")
-        if png and os.path.exists(png):
-            data = base64.b64encode(open(png, "rb").read()).decode()
-            body.append(
-                f"<h3>{html.escape(name)}</h3><img alt='{html.escape(name)}' "
-                f"src='data:image/png;base64,{data}'>"
-            )
+def render_html(markdown_text: str, base_dir: str | None = None) -> str:
+    """Pure but for reading images: the Markdown as HTML (CommonMark with tables, by
+    markdown-it-py, which rich already brings), each image under `base_dir` inlined so that
+    the page stands alone."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(markdown_text)
+    for token in tokens:
+        for child in token.children or []:
+            src = str(child.attrGet("src") or "") if child.type == "image" else ""
+            path = os.path.join(base_dir, src) if base_dir and src else ""
+            if path.endswith(".png") and os.path.isfile(path):
+                with open(path, "rb") as f:
+                    child.attrSet(
+                        "src", "data:image/png;base64," + base64.b64encode(f.read()).decode()
+                    )
+    body = md.renderer.render(tokens, md.options, {})
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:auto;padding:0 1em}"
+        "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:.2em .5em}"
+        "img{max-width:100%}pre{background:#f6f8fa;padding:.5em}"
+    )
+    title = html.escape(markdown_text.partition("\n")[0].lstrip("# "))
     return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>sweeps report</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}pre{white-space:"
-        "pre-wrap}</style></head><body>" + "\n".join(body) + "</body></html>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{style}</style></head><body>\n{body}</body></html>\n"
     )
 
 
 def write_report(study: Any, tracking_uri: str, out_dir: str) -> dict[str, str]:
-    from tracking.plots import make_plots
+    from sweeps.common import paths
+    from sweeps.common.quietlogs import quiet_optuna
+    from tracking.plots import make_plots, shared_plotly_js
+
+    quiet_optuna()  # a sweep with no complete trial: no "[W ...]" line per plot (unless -v)
 
     d = collect(study, tracking_uri)
     name = d["name"]
     os.makedirs(out_dir, exist_ok=True)
-    files, plot_notes = make_plots(study, os.path.join(out_dir, "plots"))
+    plotly_js = shared_plotly_js(str(paths.home() / "assets"))  # one copy per sweeps home
+    files, plot_notes = make_plots(study, os.path.join(out_dir, "plots"), plotly_js)
     rel = {k: {f: os.path.relpath(p, out_dir) for f, p in v.items()} for k, v in files.items()}
     md = render_markdown(d, rel)
     if plot_notes:
@@ -278,5 +305,5 @@ def write_report(study: Any, tracking_uri: str, out_dir: str) -> dict[str, str]:
     with open(md_path, "w") as f:
         f.write(md)
     with open(html_path, "w") as f:
-        f.write(render_html(md, files))
+        f.write(render_html(md, out_dir))
     return {"markdown": md_path, "html": html_path}

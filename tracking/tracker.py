@@ -315,7 +315,8 @@ class MLflowTracker(SweepRun):
         if end.values:
             final["objective"] = end.values[0]
         items = [Metric(k, float(v), now, t.last_step) for k, v in final.items()]
-        tags = {names.STATE: end.state, names.RESTARTS: str(t.restarts)}
+        state = "KILLED" if end.killed else end.state  # as MLflow's run status says
+        tags = {names.STATE: state, names.RESTARTS: str(t.restarts)}
         if t.error:
             tags[names.ERROR] = keep_end(t.error, 5000)
         if result is not None and result.dataset:
@@ -352,7 +353,7 @@ class MLflowTracker(SweepRun):
                 timeline.mark("model.logged", trial=t.number)
             except Exception as e:  # the trial's record stands even if its model cannot be saved
                 client.set_tag(run_id, names.MODEL_ERROR, one_line(e, 500))
-        client.set_terminated(run_id, status=STATUS.get(end.state, "FINISHED"))
+        client.set_terminated(run_id, status=STATUS.get(state, "FINISHED"))
 
     # ----- helpers --------------------------------------------------------------------------
     def _set_tags(self, run_id: str, tags: dict[str, str]) -> None:

@@ -266,7 +266,7 @@ def _epoch_metrics(
     tot = _all_reduce(
         torch.stack([loss_sum.float(), torch.tensor(float(n_seen), device=device)]), world
     )
-    return {
+    m = {
         "epoch": epoch + 1,
         "train_loss": (tot[0] / tot[1]).item(),
         **val,
@@ -276,6 +276,7 @@ def _epoch_metrics(
         **shard_check,
         "val_rank_spread": _spread(val["val_accuracy"], world, device),
     }
+    return {k: m[k] for k in names.TRAINER_EPOCH_METRICS}  # what `sweeps validate` accepts
 
 
 def _print_epoch(metrics: dict[str, float], epochs: int) -> None:

@@ -42,12 +42,31 @@ def print_error(e: BaseException) -> None:
     from rich.markup import escape
 
     msg = one_line(e, 2000) or type(e).__name__
-    # Escaped: a message quoting `pip install 'sweeps[aiplatform]'` is text, not markup.
+    # Escaped: a message quoting `pip install -e '/src/sweeps[aiplatform]'` is text, not markup.
     err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def _no_flag_types(params: list[Any]) -> None:
+    """A flag takes no value: its help row shows no `<bool>` placeholder, as in Click's own
+    help (Typer labels every option with its type)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
 
 
 class _Group(TyperGroup):
     """Every command runs inside this handler: the commands themselves never catch errors."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _no_flag_types(params)
+        return params
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _no_flag_types(cmd.get_params(ctx))
+        return cmd
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -78,10 +97,11 @@ def exit_after_sweep(code: int) -> None:
     """End the `sweeps run`/`resume` process as soon as the sweep is recorded and printed.
 
     Everything the user asked for is on disk by now (the stores are flushed and closed by
-    `api.run`). What the interpreter would still do is tear down Ray: stop the local cluster it
-    started and join its threads, seconds nobody waits for. Ray started that cluster's
-    processes fate-shared (parent-death signal), so they end with this process; a service's
-    cluster only loses a client. Inside a test or notebook (no STANDALONE), a normal exit.
+    `api.run`). What the interpreter would still do is join Ray's threads and run its exit
+    hooks, seconds nobody waits for. Of those, only the local cluster's teardown matters (its
+    agents outlive the raylet otherwise), so that is done here, once the output is out; a
+    service's cluster only loses a client. Inside a test or notebook (no STANDALONE), a normal
+    exit.
     """
     if not STANDALONE:
         if code:
@@ -90,12 +110,15 @@ def exit_after_sweep(code: int) -> None:
     import os
     import sys
 
+    from sweeps.execution.cluster import stop_own_cluster
+
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
             pass  # a closed pipe: nothing more to say on it
+    stop_own_cluster()  # a local Ray it started: its agents would outlive it by ~100 s
     os._exit(code)
 
 

@@ -237,44 +237,36 @@ def ui(
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback unless you say so)."),
     storage: str | None = STORAGE,
 ) -> None:
-    """Start the MLflow UI and optuna-dashboard on the embedded stores; Ctrl-C stops both.
-    Their URLs are printed once they answer."""
+    """Start the MLflow UI and optuna-dashboard on the embedded stores; Ctrl-C or SIGTERM
+    stops both. Their URLs are printed once they answer; a taken port is refused first."""
     import os
-    import subprocess
 
     from sweeps.common import paths
-    from sweeps.service.local import wait_http
+    from sweeps.service import ui as servers
 
     uri = paths.tracking_uri()
     url = paths.storage_url(storage)
     bindir = Path(sys.executable).parent
     verbose = os.environ.get("SWEEPS_VERBOSE") == "1"
-    log = paths.home() / "logs" / "ui.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    sink = None if verbose else open(log, "ab")  # their INFO lines and warnings: a file
-    procs, waits = [], []
+    todo = []
     if uri.startswith(("sqlite", "postgresql", "file:", "/")):
         cmd = [str(bindir / "mlflow"), "ui", "--backend-store-uri", uri, "--workers", "1"]
-        procs.append(
-            subprocess.Popen([*cmd, "--host", host, "--port", str(port)], stdout=sink, stderr=sink)
+        cmd += ["--host", host, "--port", str(port)]
+        # No GenAI job runner: a UI for one user (as `sweeps up` serves it).
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        todo.append(
+            servers.Server("MLflow UI", cmd, port, "--port", "/health", _runs_view(uri), env)
         )
-        waits.append(("MLflow UI", f"http://{host}:{port}", "/health", _runs_view(uri)))
     else:
         out.print(f"MLflow UI:        {uri} (a tracking server)")
+    servers.create_storage(url)  # a fresh home: optuna-dashboard cannot make the tables itself
     dash = [str(bindir / "optuna-dashboard"), url, "--host", host, "--port", str(dashboard_port)]
-    procs.append(subprocess.Popen(dash, stdout=sink, stderr=sink))
-    waits.append(("optuna-dashboard", f"http://{host}:{dashboard_port}", "/", ""))
+    todo.append(servers.Server("optuna-dashboard", dash, dashboard_port, "--dashboard-port", "/"))
+    log = None if verbose else paths.home() / "logs" / "ui.log"  # their INFO lines: a file
     try:
-        for label, base, probe, view in waits:
-            if not wait_http(base + probe, timeout=180):
-                raise typer.Exit(1)
-            out.print(f"{label + ':':<18}{base}/{view}", highlight=False)
-        for p in procs:
-            p.wait()
-    except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()
-        raise typer.Exit(130) from None
+        servers.serve(todo, host, log, lambda line: out.print(line, highlight=False))
+    except servers.Terminated:
+        raise typer.Exit(143) from None
 
 
 def _runs_view(uri: str) -> str:

@@ -55,8 +55,9 @@ def promotion_line(p: dict[str, Any], sweep: str) -> str:
         return f"{what}: {moved}; {p['reason']}"
     if p["moved"] and p["previous_version"] is None:
         return f"{what}: v{version} is the first {alias}"
-    moved = f"{alias} -> v{version}" if p["moved"] else f"{alias} stays v{p['previous_version']}"
-    return f"{what} is challenger; {moved}: {p['reason']}"
+    if p["moved"]:  # the version now holds the alias, not `challenger`
+        return f"{what}: {alias} -> v{version}: {p['reason']}"
+    return f"{what} is challenger; {alias} stays v{p['previous_version']}: {p['reason']}"
 
 
 @app.command()

@@ -28,6 +28,7 @@ from sweeps.cli.sources import (
 )
 from sweeps.common import names
 from sweeps.common.errors import SpecError, one_line
+from sweeps.common.words import plural
 
 if TYPE_CHECKING:
     from sweeps.spec import Spec
@@ -133,6 +134,7 @@ def _run_spec(s: Spec, enqueue: Path | None, as_json: bool, profile: bool) -> No
     from sweeps import api
 
     queued = _read_enqueue(enqueue) if enqueue else None
+    _check_name(s, queued, f"--enqueue {enqueue}")
     json_out = _json_stdout() if as_json else None
     progress = None if as_json else _progress(s)
     try:
@@ -146,6 +148,19 @@ def _run_spec(s: Spec, enqueue: Path | None, as_json: bool, profile: bool) -> No
     if progress:
         progress.close()
     _finish(outcome, json_out, profile=profile)
+
+
+def _check_name(s: Spec, queued: list[dict[str, Any]] | None, where: str) -> None:
+    """Before anything starts: the queued configurations lie in the space, and the sweep's
+    name is new, or names the same sweep with trials left to run (said on stderr)."""
+    from sweeps.common import paths
+    from sweeps.search.reuse import check_reuse
+    from sweeps.spec.params import check_enqueued
+
+    check_enqueued(s.search_space, queued or [], where)
+    note = check_reuse(s, paths.storage_url(s.storage), queued)
+    if note:
+        err.print(note, highlight=False, markup=False, soft_wrap=True)
 
 
 _REAL_STDOUT: list[TextIO] = []
@@ -194,28 +209,48 @@ def _print_profile(events: list[dict[str, Any]]) -> None:
     err.print(table)
 
 
-@app.command("import-aiplatform")
+OUT = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Write the spec to this file, its folders relative to the file's (default: print it, "
+    "its folders relative to the current one).",
+)
+
+
+@app.command("import-aiplatform", context_settings={"allow_extra_args": True})
 def import_aiplatform(
-    config: Path = typer.Argument(..., help="AI Platform job config (trainingInput)."),
+    ctx: typer.Context,
+    aiplatform: str = typer.Argument(
+        ...,
+        metavar="CONFIG",
+        help="AI Platform job config (trainingInput), or with --config gcloud's JOB name.",
+    ),
     package_path: Path | None = typer.Option(
         None, help="The package folder (trainer/) or its parent (default: next to CONFIG)."
     ),
     module_name: str = typer.Option("trainer.task", help="The module to run."),
+    config: Path | None = typer.Option(None, "--config", help="gcloud's job config."),
     name: str | None = typer.Option(None, help="Sweep name (default: the job's or project's)."),
     scale_tier: str | None = typer.Option(None, help="Overrides scaleTier."),
     master_machine_type: str | None = typer.Option(None, help="Overrides masterType."),
+    job_dir: str | None = typer.Option(None, help="Overrides trainingInput.jobDir."),
+    out_file: Path | None = OUT,
 ) -> None:
-    """Print the native spec equivalent to a legacy AI Platform job config."""
-    import yaml
-
+    """Print the native spec equivalent to a legacy AI Platform job, named as `run --aiplatform`
+    names it: `sweeps import-aiplatform JOB --config FILE ... -- ARGS` is the spec of
+    `sweeps run --aiplatform JOB --config FILE ... -- ARGS`."""
+    from sweeps.cli.sources import emit_spec, job_and_config
     from sweeps.spec import spec_from_dict
 
+    job, cfg = job_and_config(aiplatform, config)
     gcloud = {"scale_tier": scale_tier, "master_machine_type": master_machine_type}
-    raw, notes = aiplatform_raw(config, None, package_path, module_name, name, [], gcloud)
+    gcloud["job_dir"] = job_dir
+    raw, notes = aiplatform_raw(cfg, job, package_path, module_name, name, ctx.args, gcloud)
     spec_from_dict(raw)  # what it prints validates
     print_notes(notes)
     # Only what the job says: the defaults (model, dataset, ...) are not the job's.
-    print(yaml.safe_dump(raw, sort_keys=False), end="")
+    emit_spec(raw, out_file)
 
 
 @app.command("import-wandb")
@@ -225,16 +260,16 @@ def import_wandb(
         None, help="The program's folder (default: the config's)."
     ),
     name: str | None = typer.Option(None, help="Sweep name (default: the config's, or its file)."),
+    out_file: Path | None = OUT,
 ) -> None:
     """Print the native spec equivalent to a W&B sweep config."""
-    import yaml
-
+    from sweeps.cli.sources import emit_spec
     from sweeps.spec import spec_from_dict
 
     raw, notes = wandb_raw(config, code_dir, name)
     spec_from_dict(raw)  # what it prints validates
     print_notes(notes)
-    print(yaml.safe_dump(raw, sort_keys=False), end="")
+    emit_spec(raw, out_file)
 
 
 @app.command("import")
@@ -242,10 +277,10 @@ def import_config(
     kind: str = typer.Argument(..., help="The tool: " + ", ".join(names.IMPORTERS) + "."),
     config: Path = typer.Argument(..., help="Its config file."),
     name: str | None = typer.Option(None, help="Sweep name (default: the config's)."),
+    out_file: Path | None = OUT,
 ) -> None:
     """Print the native spec equivalent to another tool's config."""
-    import yaml
-
+    from sweeps.cli.sources import emit_spec
     from sweeps.spec import spec_from_dict
 
     if kind not in names.IMPORTERS:
@@ -256,7 +291,7 @@ def import_config(
     raw, notes = importer.to_spec(importer.read(config), source=config, name=name)
     spec_from_dict(raw)  # what it prints validates
     print_notes(notes)
-    print(yaml.safe_dump(raw, sort_keys=False), end="")
+    emit_spec(raw, out_file)
 
 
 def importer_class(kind: str) -> Any:
@@ -330,7 +365,8 @@ def validate(
         print(json.dumps(doc, indent=2))
         return
     out.print(
-        f"ok: {s.name} — {len(s.search_space)} parameters, {s.budget.trials} trials, "
+        f"ok: {s.name} — {plural(len(s.search_space), 'parameter')}, "
+        f"{plural(s.budget.trials, 'trial')}, "
         f"{s.budget.parallel} parallel, sampler {s.sampler.name}, pruner {s.pruner.name}",
         highlight=False,
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sweeps.cli._app import IMAGE, app, cli_overrides, load_noting, out
+from sweeps.cli._app import IMAGE, app, cli_overrides, err, load_noting, out
 
 ADDRESS = typer.Option(
     None, "--address", help="Jobs API of a cluster, http://HOST:8265 (default: `sweeps up`'s)."
@@ -36,10 +36,11 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop what `sweeps up` started, and nothing else."""
+    """Stop what `sweeps up` started, and nothing else. Sweeps still running are interrupted
+    (running trials cancelled, MLflow runs KILLED); `sweeps resume NAME` continues each."""
     from sweeps import api
 
-    stopped = api.down()
+    stopped = api.down(say=lambda line: err.print(line, highlight=False, markup=False))
     out.print(f"stopped: {', '.join(stopped)}" if stopped else "no service was running")
 
 
@@ -56,9 +57,18 @@ def submit(
 ) -> None:
     """Submit a sweep to the service and return: it goes on when this terminal closes."""
     from sweeps import api
+    from sweeps.common import paths
+    from sweeps.common.errors import ServiceError
+    from sweeps.search.reuse import check_reuse
 
     s = load_noting(spec, cli_overrides(set_, trials, parallel, image), name)
     api.validate_spec(s)
+    try:  # not "submitted" for a sweep that would run nothing, or mix two sweeps
+        note = check_reuse(s, paths.storage_url(s.storage))
+    except ServiceError:
+        note = None  # a store only the cluster reaches: its driver opens it there
+    if note:
+        err.print(note, highlight=False, markup=False, soft_wrap=True)
     doc = api.submit(s, address=address)
     if as_json:
         print(api.dumps(doc))

@@ -40,10 +40,7 @@ def aiplatform_spec(
 
     # After `--` everything is the module's; Click hands the first word to SPEC.
     user_args = ([str(spec)] if spec is not None else []) + list(ctx.args)
-    job, cfg = (aiplatform, config) if config is not None else (None, Path(aiplatform))
-    if not cfg.is_file():
-        hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
-        raise SpecError(f"AI Platform config not found: {cfg}{hint}")
+    job, cfg = job_and_config(aiplatform, config)
     check_hypertune()
     raw, notes = aiplatform_raw(
         cfg, job, package_path, module_name, name, user_args, gcloud, cluster_python
@@ -84,6 +81,76 @@ def spec_or_wandb(
     return load_noting(spec, overrides, name)
 
 
+def job_and_config(arg: str, config: Path | None) -> tuple[str | None, Path]:
+    """gcloud's JOB and its --config FILE, or (no --config) the config file alone."""
+    job, cfg = (arg, config) if config is not None else (None, Path(arg))
+    if not cfg.is_file():
+        hint = "" if config is not None else " (a gcloud JOB name needs --config FILE)"
+        raise SpecError(f"AI Platform config not found: {cfg}{hint}")
+    return job, cfg
+
+
+# Paths an imported spec holds: written relative to the spec file's folder, which is what
+# `load_spec` resolves them from, so the spec and its code move together.
+_PATHS = (("code_dir",), ("params", "package_path"))
+
+
+def portable(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`raw` with its trainer's folders relative to `folder` (where the spec is written)."""
+    import copy
+    import os
+
+    raw = copy.deepcopy(raw)
+    for keys in _PATHS:
+        node = raw.get("trainer") or {}
+        for k in keys[:-1]:
+            node = node.get(k) or {}
+        value = node.get(keys[-1])
+        if isinstance(value, str) and value and os.path.isabs(value):
+            node[keys[-1]] = os.path.relpath(value, folder.resolve())
+    return raw
+
+
+def _stdout_folder() -> Path:
+    """The folder of the file stdout is redirected to (`> specs/x.yaml`, read from Linux's
+    /proc), else the current folder: where the printed spec's folders are relative to."""
+    import os
+    import stat
+    import sys
+
+    try:
+        fd = sys.stdout.fileno()
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if os.path.isabs(target) and os.stat(target).st_ino == st.st_ino:
+                return Path(target).parent
+    except (OSError, ValueError, AttributeError):
+        pass  # not a file, or no /proc: the current folder
+    return Path.cwd()
+
+
+def emit_spec(raw: dict[str, Any], out: Path | None) -> None:
+    """An imported spec as YAML: into `out` with its folders relative to out's folder, or on
+    stdout relative to the file stdout goes to (else the current folder), so that the spec
+    file and its code move together. Ends in a newline."""
+    import sys
+
+    import yaml
+
+    folder = out.parent if out else _stdout_folder()
+    text = yaml.safe_dump(portable(raw, folder), sort_keys=False)
+    text += "" if text.endswith("\n") else "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise SpecError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    err.print(f"wrote {out}", highlight=False, markup=False)
+
+
 def print_notes(notes: list[str]) -> None:
     """What an importer approximated or ignored, on stderr (stdout may carry --json)."""
     for n in notes:
@@ -108,8 +175,10 @@ def check_hypertune() -> None:
     import importlib.util
     import os
 
+    from sweeps.common.extras import install_hint
+
     if importlib.util.find_spec("hypertune") is None:
-        msg = "cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]'"
+        msg = f"cloudml-hypertune is not installed: {install_hint('aiplatform')}"
         if os.environ.get("RAY_ADDRESS"):
             err.print(f"note: {msg} (needed on the cluster's workers)", markup=False)
         else:

@@ -24,6 +24,7 @@ SUBMITTED = "sweeps.submitted"  # when `submit` queued the sweep (epoch seconds)
 JOB_NAME = "sweeps.name"  # the sweep's name in a Ray Job's metadata
 CANCEL_REQUESTED = "sweeps.cancel_requested"  # `cancel` asked; the driver kills its trials
 STOP_REQUESTED = "sweeps.stop_requested"  # `stop` asked; the driver drains
+INTERRUPT_REQUESTED = "sweeps.interrupt_requested"  # `down` asked; cancel, end interrupted
 MLFLOW_EXPERIMENT_ID = "sweeps.mlflow_experiment_id"  # where the sweep's runs are
 MLFLOW_PARENT_RUN_ID = "sweeps.mlflow_parent_run_id"  # the sweep's parent run
 REQUEUED = "sweeps.requeued"  # how many trials a recovery re-queued (not counted in the budget)
@@ -42,6 +43,7 @@ NOT_LOGGED = frozenset({"package_archive"})
 ERROR = "sweeps.error"  # the end of its error; also a trial run tag
 RESTARTS = "sweeps.restarts"  # worker-group restarts it survived; also a trial run tag
 REQUEUED_FROM = "sweeps.requeued_from"  # a re-queued trial: the number of the one it continues
+CANCELLED = "sweeps.cancelled"  # stopped by a cancel/interrupt, not its own failure: resumable
 RESUME_CHECKPOINT = "sweeps.resume_checkpoint"  # a re-queued trial: the checkpoint to start from
 RESUME_STEP = "sweeps.resume_step"  # a re-queued trial: that checkpoint's step
 RESUMED_FROM_TRIAL = "sweeps.resumed_from_trial"  # the trial it resumed; also a run tag
@@ -71,6 +73,21 @@ OUTPUT_FILES = "sweeps.output_files"  # JSON: count, bytes and names of the file
 # --- Trial metadata reported by the built-in trainer --------------------------------------------
 DATASET = "sweeps.dataset"  # the built-in dataset's name
 INPUT_SCALING = "sweeps.input_scaling"  # how inputs were scaled; also a version tag for predict
+# The metrics the built-in trainer reports each epoch (trainer.loop reports these, and only
+# these), then param_count at its end: `sweeps validate` holds an objective to this list.
+TRAINER_EPOCH_METRICS = (
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "epoch_seconds",
+    "samples_per_s",
+    "world_size",
+    "shard_size",
+    "shard_coverage",
+    "shard_overlap",
+    "val_rank_spread",
+)
 
 # --- Model registry tags ----------------------------------------------------------------------
 MANAGED = "sweeps.managed"  # a registered model that sweeps made
@@ -154,8 +171,10 @@ def driver_beat(driver_id: str) -> str:
 
 
 def requested(kind: str) -> str:
-    """Study attribute: a `stop` or `cancel` request."""
-    return {"stop": STOP_REQUESTED, "cancel": CANCEL_REQUESTED}[kind]
+    """Study attribute: a `stop`, `cancel` or `down` (interrupt) request."""
+    return {"stop": STOP_REQUESTED, "cancel": CANCEL_REQUESTED, "interrupt": INTERRUPT_REQUESTED}[
+        kind
+    ]
 
 
 def hw(key: str) -> str:

@@ -1,16 +1,36 @@
-"""Where state lives. The embedded default keeps everything under SWEEPS_HOME (./.sweeps);
-a spec field or an environment variable points a store elsewhere. Precedence, everywhere:
-spec field > SWEEPS_* variable > the ecosystem's own variable (OPTUNA_STORAGE,
-MLFLOW_TRACKING_URI, MLFLOW_REGISTRY_URI, MLFLOW_EXPERIMENT_NAME) > embedded default."""
+"""Where state lives. The embedded default keeps everything under SWEEPS_HOME (the project's
+`.sweeps`, found from the working directory as git finds `.git`); a spec field or an environment
+variable points a store elsewhere. Precedence, everywhere: spec field > SWEEPS_* variable > the
+ecosystem's own variable (OPTUNA_STORAGE, MLFLOW_TRACKING_URI, MLFLOW_REGISTRY_URI,
+MLFLOW_EXPERIMENT_NAME) > embedded default."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+STORE = ".sweeps"
+
 
 def home() -> Path:
-    return Path(os.environ.get("SWEEPS_HOME", ".sweeps")).expanduser().resolve()
+    """$SWEEPS_HOME, else the project's store: see find_home."""
+    if os.environ.get("SWEEPS_HOME"):
+        return Path(os.environ["SWEEPS_HOME"]).expanduser().resolve()
+    return find_home(Path.cwd())
+
+
+def find_home(start: Path) -> Path:
+    """The `.sweeps` folder nearest `start`, looking in it and then its parents as git looks for
+    `.git`, so a command run in a subfolder (`cd examples/x`) uses the project's one store. The
+    search ends at the top of the enclosing git work tree: a store above it belongs to something
+    else. With none found, a new store goes at that top, or in `start` outside a work tree."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / STORE).is_dir():
+            return folder / STORE
+        if (folder / ".git").exists():  # a folder (a clone) or a file (a worktree, a submodule)
+            return folder / STORE
+    return start / STORE
 
 
 def zygote_socket() -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
+from typing import Any
 
 
 def verbose() -> bool:
@@ -48,6 +50,37 @@ def quiet(verbose: bool = False) -> None:
     if not verbose:
         warnings.simplefilter("ignore")
         os.environ.setdefault("PYTHONWARNINGS", "ignore")  # and in the processes we start
+    # MLflow shows some UserWarnings under its own `simplefilter("once")` (loading a pyfunc
+    # model: "Add type hints to the `predict` method"), past the filter above, and colours
+    # them with raw escape codes: they go through this instead.
+    warnings.showwarning = _show_plain if verbose else _drop
+
+
+def _drop(*args: object, **kwargs: object) -> None:
+    """Not verbose: a warning that got past the filters is not shown either."""
+
+
+_SHOW = warnings.showwarning
+
+
+def _show_plain(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    """`-v`: the warning, without the colour codes MLflow wraps its messages in."""
+    text = _ANSI.sub("", str(message))
+    try:
+        plain: Warning | str = type(message)(text) if isinstance(message, Warning) else text
+    except Exception:
+        plain = text
+    _SHOW(plain, *args, **kwargs)
+
+
+def quiet_optuna() -> None:
+    """Optuna's warnings ("[W ...] There are no complete trials." from each plot of a sweep
+    with none) out of what the user sees, unless `-v`. Optuna sets its logger to INFO when it
+    first configures it (on import), whatever `quiet` set before: this runs after."""
+    import optuna
+
+    # Never INFO: "A new study created" is ours to say.
+    optuna.logging.set_verbosity(optuna.logging.WARNING if verbose() else optuna.logging.ERROR)
 
 
 class DriverLogFilter:

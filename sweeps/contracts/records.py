@@ -28,6 +28,7 @@ class TrialRecord:
     gpus_per_worker: float = 0.0
     machine_type: str = "local"
     preemptible: bool = False
+    whole_machines: bool = False  # each worker billed as a machine of its own (AI Platform)
     lane_id: str = ""
     seq: int = 0
     startup_s: float = 0.0
@@ -54,6 +55,7 @@ class TrialEnd:
     values: list[float] | None
     result: TrialResult | None
     extra: dict[str, float]
+    killed: bool = False  # FAIL because a cancel stopped it: its MLflow run ends KILLED
 
 
 @dataclass

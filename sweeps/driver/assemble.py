@@ -130,14 +130,13 @@ def run_sweep(
     """`function`: a trainer function packed by `sweeps.notebook.pack`, run in place of the
     spec's trainer. `define_by_run`: the driver's side of `sweeps.optimize` (its sampler and
     pruner go on the study)."""
-    import optuna
-
+    from sweeps.common.quietlogs import quiet_optuna
     from sweeps.search.study import counted_trials, open_study
     from tracking.plots import PlotLogger, TimelineLogger
 
     timeline.begin(from_process_start)
     timeline.mark("imports.done")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()  # its warnings ("There are no complete trials.") only with -v
     code_dir = spec.trainer.code_dir
     if code_dir and os.path.abspath(code_dir) not in sys.path:
         sys.path.insert(0, os.path.abspath(code_dir))  # the driver unpickles user models

@@ -67,6 +67,7 @@ class TrialBook:
         prunes = outcomes.can_prune(spec, ctx.study)
         self.settings = dataclasses.replace(trainer, prunes=prunes)
         self.late: dict[TrialKey, tuple[TrialResult, float]] = {}
+        self.killed: set[int] = set()  # trial ids a cancel stopped: FAIL in Optuna, runs KILLED
 
     # ----- ask / assign -----------------------------------------------------------------------
     def ask(self) -> TrialRecord:
@@ -111,7 +112,8 @@ class TrialBook:
             self.teller.tell_overdue(self.running.records(), final)
 
     # ----- while it runs ----------------------------------------------------------------------
-    def report(self, key: TrialKey, step: int, metrics: dict[str, float], cancel: bool) -> Decision:
+    def report(self, key: TrialKey, step: int, metrics: dict[str, float], cancel: str) -> Decision:
+        """`cancel`: what cancelled the sweep's running trials ("" while none is cancelled)."""
         rec = self.running.get(key)
         if rec is None:
             return Decision.CANCEL  # ended already (the driver failed it): its workers move on
@@ -121,7 +123,9 @@ class TrialBook:
         self.tracker.log_epoch(self.ctx, rec, step, metrics)
         self.observers.epoch(self.ctx, rec, step, metrics)
         if cancel:
-            rec.error = rec.error or "cancelled: sweep interrupted"
+            if not rec.error:
+                rec.error = cancel
+                self.killed.add(rec.trial_id)
             return Decision.CANCEL
         missing = [m for m in self.reported_objectives if m not in metrics]
         if missing:
@@ -185,10 +189,13 @@ class TrialBook:
             return None
         return self._end_failed(rec, error, None, self.ledger.spend(rec, None))
 
-    def fail_all(self, reason: str) -> None:
+    def fail_all(self, error: str) -> None:
         """On an abrupt stop, nothing is left RUNNING: trials in flight are FAIL, runs KILLED."""
         for key in self.running.keys():
-            self.fail(key, f"cancelled: {reason}")
+            rec = self.running.get(key)
+            if rec is not None:
+                self.killed.add(rec.trial_id)
+            self.fail(key, error)
 
     def drop(self, rec: TrialRecord) -> None:
         """A sampled trial that never ran (its lane shape never came): FAIL, no run."""
@@ -224,11 +231,16 @@ class TrialBook:
         self, rec: TrialRecord, error: str, result: TrialResult | None, extra: dict[str, float]
     ) -> TrialEnd:
         rec.error = error
-        self.attrs.add(rec.trial_id, {names.ERROR: keep_end(error)})
+        killed = rec.trial_id in self.killed
+        attrs = {names.ERROR: keep_end(error)}
+        if killed:  # not the trial's own failure: a resumed sweep runs it again
+            attrs[names.CANCELLED] = True
+        self.attrs.add(rec.trial_id, attrs)
         self._record_attrs(rec, extra)
         self.teller.tell_linked(rec, state=outcomes.states().FAIL)
-        self.failures.record(error)
-        end = TrialEnd("FAIL", None, result, extra)
+        if not killed:
+            self.failures.record(error)
+        end = TrialEnd("FAIL", None, result, extra, killed=killed)
         self._ended(rec, end)
         return end
 

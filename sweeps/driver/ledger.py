@@ -29,6 +29,7 @@ class Ledger:
         self.budget = budget
         self.clock = clock
         self._totals = Spend()
+        self.booked = 0  # trials this driver ran to their end
 
     @property
     def totals(self) -> Spend:
@@ -46,6 +47,7 @@ class Ledger:
         seconds, cost, gpuh = self.costs(rec)
         t = self._totals
         self._totals = Spend(t.cost_usd + cost, t.gpu_hours + gpuh, t.trial_seconds + seconds)
+        self.booked += 1
         self.budget.record(cost, gpuh)
         extra = {
             "duration_s": seconds,
@@ -67,3 +69,7 @@ class Ledger:
             _, c, g = self.costs(rec)
             cost, gpuh = cost + c, gpuh + g
         return cost, gpuh
+
+    def running_cost(self, running: Iterable[TrialRecord]) -> float:
+        """What this driver's running trials cost so far (`ls` shows it while they run)."""
+        return sum(self.costs(rec)[1] for rec in running)

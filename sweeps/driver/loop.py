@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.common import timeline
+from sweeps.common import figures, timeline
 from sweeps.common.errors import ProtocolError, one_line
+from sweeps.common.words import plural
 from sweeps.contracts import protocol as p
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import TrainerSettings
@@ -69,16 +70,16 @@ class Driver:
             self.clock,
         )
         self.pool.clock = self.clock  # lane start-up times, on the clock the trials use
-        self.pulse = liveness.Pulse(self.study, self.driver_id, self.started)
+        self.pulse = liveness.Pulse(self.study, self.driver_id, self.started, session=self._session)
         self._restore: Callable[[], None] = lambda: None
+        self._cancel_note = ""  # what cancelled running trials, in their error (and why KILLED)
         self._linked = False  # the MLflow parent run's ids are on the study
 
     def start(self) -> None:
         self.budget.load(recovery.open_sweep(self.ctx, self.driver_id, self.tracker, self.enqueue))
         self.observers.sweep_start(self.ctx)
         if self.install_signals:  # Ctrl-C drains, then cancels; SIGTERM cancels at once
-            term = "terminated (SIGTERM): running trials cancelled"
-            self._restore = signals.install(self.interrupt, lambda: self.status.cancel(term))
+            self._restore = signals.install(self.interrupt, self.terminate)
         d = self._launch_decision()
         if not d.launch:
             self.status.drain(d.reason, d.ends_as)
@@ -110,13 +111,31 @@ class Driver:
             while self.step():
                 continue
         except KeyboardInterrupt:
-            self.status.cancel("interrupted: driver stopped", Ending.INTERRUPTED)
+            self._cancel("interrupted (Ctrl-C)", "interrupted: driver stopped", Ending.INTERRUPTED)
         return self.finish()
 
     def interrupt(self) -> None:
         """Ctrl-C: the first drains, the second cancels running trials, the third gives up."""
         if not self.status.interrupt():
             raise KeyboardInterrupt
+        if self.status.cancelling:
+            self._cancel_note = self._cancel_note or "interrupted (Ctrl-C)"
+
+    def terminate(self) -> None:
+        """SIGTERM (`kill`, a job stopped): running trials are cancelled at once."""
+        term = "terminated (SIGTERM): running trials cancelled"
+        self._cancel("terminated (SIGTERM)", term, Ending.CANCELLED)
+
+    def _cancel(self, note: str, reason: str, ends_as: Ending) -> None:
+        """Cancel running trials; `note` goes into their error (the first cancel's stays)."""
+        self._cancel_note = self._cancel_note or note
+        self.status.cancel(reason, ends_as)
+
+    def _trial_cancel(self) -> str:
+        """What a trial stopped now is told it ended by ("" while the sweep is not cancelling)."""
+        if not self.status.cancelling:
+            return ""
+        return self._cancel_note or f"cancelled: {self.status.reason}"
 
     def _dispatch(self, ev: Any) -> None:
         book = self.book
@@ -128,7 +147,7 @@ class Driver:
                 if isinstance(answer, p.Stop) and self.pool.mark_stopping(ev.lane):
                     self._replace()
             case p.Report():
-                decision = book.report(ev.key, ev.step, ev.metrics, self.status.cancelling)
+                decision = book.report(ev.key, ev.step, ev.metrics, self._trial_cancel())
                 self.channel.answer(p.step_key(ev.lane, ev.seq, ev.step), decision)
                 book.finish_late()  # an end that overtook this report
             case p.Finished():
@@ -192,8 +211,12 @@ class Driver:
     def _tick(self) -> None:
         now = self.clock()
         asked = self.pulse.tick(now)
-        if asked is liveness.Request.CANCEL:
-            self.status.cancel("cancelled (sweeps cancel): running trials stopped")
+        if asked is liveness.Request.INTERRUPT:
+            why = "interrupted: the service stopped (sweeps down); `sweeps resume` continues it"
+            self._cancel("interrupted: sweeps down", why, Ending.INTERRUPTED)
+        elif asked is liveness.Request.CANCEL:
+            why = "cancelled (sweeps cancel): running trials stopped"
+            self._cancel("cancelled: sweeps cancel", why, Ending.CANCELLED)
         elif asked is liveness.Request.STOP:
             self.status.drain("stop requested (sweeps stop)", Ending.STOPPED)
         self.book.finish_late()
@@ -206,7 +229,8 @@ class Driver:
                 msg = one_line(lane.error) if lane.error else "lane ended while the trial ran"
                 self.book.fail(key, f"worker group failed: {msg}")
             if self.pool.too_many_deaths():
-                self.status.fail(f"{self.pool.lanes_lost()} lanes failed: {one_line(lane.error)}")
+                lost = plural(self.pool.lanes_lost(), "lane")
+                self.status.fail(f"{lost} failed: {one_line(lane.error)}")
             self._replace()
 
     def _replace(self) -> None:
@@ -266,6 +290,14 @@ class Driver:
                 self.pool.mark_stopping(lane.lane_id)
         return self.pool.active() > 0
 
+    def _session(self) -> dict[str, Any]:
+        """This driver's session facts for `ls` / `show` (see `sweeps.common.figures`)."""
+        ledger, recs = self.book.ledger, list(self.running.records())
+        since = self.wall_since or self.started
+        return figures.session(
+            since, self.clock(), ledger.booked + len(recs), ledger.running_cost(recs)
+        )
+
     def _launch_decision(self) -> Any:
         return self.budget.check(counted_trials(self.study), len(self.running))
 
@@ -274,7 +306,8 @@ class Driver:
         for rec in self.pool.drop_parked():
             self.book.drop(rec)
         self.book.finish_late(all_=True)
-        self.book.fail_all(self.status.reason or "driver stopped")
+        left = self._trial_cancel() or f"cancelled: {self.status.reason or 'driver stopped'}"
+        self.book.fail_all(left)
         self.book.tell_overdue(final=True)  # nothing left RUNNING
         self.book.write_overdue_attrs(all_=True)
         if not self._linked:
@@ -284,7 +317,7 @@ class Driver:
         self.tracker.end_sweep(self.ctx, s)
         self.observers.sweep_end(self.ctx, s)
         summary.record(self.study, s)
-        liveness.heartbeat(self.study, self.driver_id, alive=False)
+        liveness.heartbeat(self.study, self.driver_id, alive=False, session=self._session())
         self._restore()
         timeline.mark("sweep.summarized")
         errors = self.tracker.flush() + self.observers.errors

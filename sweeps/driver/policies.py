@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeps.common.errors import error_summary
+from sweeps.common.words import plural
 from sweeps.driver.state import Ending
 
 if TYPE_CHECKING:
@@ -158,6 +159,6 @@ class FailurePolicy:
 
     def reason(self) -> str:
         return (
-            f"{self.failed} trials failed (budget.max_failed_trials={self.max_failed}); "
+            f"{plural(self.failed, 'trial')} failed (budget.max_failed_trials={self.max_failed}); "
             f"last error: {error_summary(self.last_error)}"
         )

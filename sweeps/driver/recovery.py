@@ -30,6 +30,7 @@ def open_sweep(
     study.set_user_attr(names.STATE, "running")
     find = lambda number: tracker.find_trial_run(ctx, number)  # noqa: E731
     ctx.requeued = recover_stale(study, driver_id, tracker.close_stale_run, find)
+    ctx.requeued += requeue_cancelled(study)
     ctx.warm_notes = prepare(study, ctx.spec, ctx.storage_url, enqueue)
     tracker.start_sweep(ctx)
     return finished_spend(study)
@@ -63,20 +64,44 @@ def recover_stale(
                 st.set_trial_attr(study, st.trial_id(t), "mlflow_run_id", run_id)
         if not st.fail_trial(study, st.trial_id(t), "driver lost; re-queued"):
             continue  # its driver finished it after all: it was not stale
-        attrs: dict[str, Any] = {names.REQUEUED_FROM: t.number}
-        checkpoint = t.user_attrs.get(names.CHECKPOINT)
-        if checkpoint:
-            attrs[names.RESUME_CHECKPOINT] = checkpoint
-            attrs[names.RESUMED_FROM_TRIAL] = t.number
-            attrs[names.RESUME_STEP] = t.user_attrs.get(names.CHECKPOINT_STEP)
-        study.enqueue_trial(t.params, user_attrs=attrs)
+        _requeue(study, t)
         if run_id:
             close_run(run_id)
         taken.append(t.number)
-    if taken:
-        n = int(study.user_attrs.get(names.REQUEUED, 0)) + len(taken)
-        study.set_user_attr(names.REQUEUED, n)
+    _count_requeued(study, len(taken))
     return taken
+
+
+def requeue_cancelled(study: Any) -> list[int]:
+    """Queue again the trials an earlier driver's cancel stopped (Ctrl-C twice, SIGTERM,
+    `cancel`, `down`): they did not fail on their own, so a resumed sweep runs them, not
+    counted in the budget. Each is queued once: its copy carries REQUEUED_FROM."""
+    trials = study.get_trials(deepcopy=False)
+    done = {t.user_attrs.get(names.REQUEUED_FROM) for t in trials}
+    taken = []
+    for t in trials:
+        if t.state.name == "FAIL" and t.user_attrs.get(names.CANCELLED) and t.number not in done:
+            _requeue(study, t)
+            taken.append(t.number)
+    _count_requeued(study, len(taken))
+    return taken
+
+
+def _requeue(study: Any, t: Any) -> None:
+    """Queue `t`'s params again, from its last persisted checkpoint when it has one."""
+    attrs: dict[str, Any] = {names.REQUEUED_FROM: t.number}
+    checkpoint = t.user_attrs.get(names.CHECKPOINT)
+    if checkpoint:
+        attrs[names.RESUME_CHECKPOINT] = checkpoint
+        attrs[names.RESUMED_FROM_TRIAL] = t.number
+        attrs[names.RESUME_STEP] = t.user_attrs.get(names.CHECKPOINT_STEP)
+    study.enqueue_trial(t.params, user_attrs=attrs)
+
+
+def _count_requeued(study: Any, n: int) -> None:
+    """Re-queued trials are not counted in the budget (`counted_trials`)."""
+    if n:
+        study.set_user_attr(names.REQUEUED, int(study.user_attrs.get(names.REQUEUED, 0)) + n)
 
 
 def finished_spend(study: Any) -> list[tuple[float, float, float | None]]:

@@ -38,10 +38,12 @@ def summarize(study: Any, name: str, state: Any, book: Any, wall_s: float) -> Sw
         best = study.best_trial
         best_n, best_v = best.number, best.value
     spend = book.spend()
+    attrs = study.user_attrs
+    requeued, warm = int(attrs.get(names.REQUEUED, 0)), int(attrs.get(names.WARM_COUNT, 0))
     return SweepSummary(
         name,
         state.name,
-        state.reason,
+        explain_uncounted(state.reason, c, requeued, warm),
         c,
         best_n,
         best_v,
@@ -57,17 +59,28 @@ def all_failed(c: dict[str, int], first_error: str) -> str | None:
     if not c.get("FAIL") or c.get("COMPLETE") or c.get("PRUNED"):
         return None
     first = error_summary(first_error) or "see `sweeps show`"
-    return f"all {c['FAIL']} trials failed; first error: {first}"
+    every = "the only trial" if c["FAIL"] == 1 else f"all {c['FAIL']} trials"
+    return f"{every} failed; first error: {first}"
 
 
 def record(study: Any, s: SweepSummary) -> None:
-    """How the sweep ended, kept in the study for `ls` / `show`; wall time adds up over the
-    drivers that ran it (a resumed sweep's wall includes both runs)."""
-    before = study.user_attrs.get(names.WALL_S)
-    wall = s.wall_s + (float(before) if isinstance(before, int | float) else 0.0)
+    """How the sweep ended, kept in the study for `ls` / `show`. Wall time is not kept here:
+    each driver's session is (`sweeps.common.figures`), so a driver killed before this point
+    still counts, and one that ran no trial does not."""
     study.set_user_attr(names.STATE, s.state)
     study.set_user_attr(names.STOP_REASON, s.reason)
-    study.set_user_attr(names.WALL_S, round(wall, 3))
+
+
+def explain_uncounted(reason: str, c: dict[str, int], requeued: int, warm: int) -> str:
+    """Pure: 'budget reached: 4/4 trials' next to 5 trials in all says why one is not counted:
+    a recovery re-queued a trial its dead driver left running (the re-queued trial continues
+    it), or a warm start copied finished trials in. Neither uses budget."""
+    if not reason.startswith("budget reached") or requeued + warm <= 0:
+        return reason
+    total = sum(n for state, n in c.items() if state != "WAITING")
+    why = [f"{requeued} re-queued"] if requeued else []
+    why += [f"{warm} copied by warm start"] if warm else []
+    return f"{reason} ({total} trials in all; not counted: {', '.join(why)})"
 
 
 def conclude(study: Any, name: str, status: Any, book: Any, wall_s: float) -> SweepSummary:

@@ -52,6 +52,7 @@ def trial_resources(spec: Spec, params: dict[str, Any]) -> dict[str, Any]:
         "gpus_per_worker": float(params.get("resources.gpus_per_worker", r.gpus_per_worker)),
         "machine_type": str(params.get("resources.machine_type", r.machine_type)),
         "preemptible": bool(getattr(r, "preemptible", False)),
+        "whole_machines": bool(getattr(r, "whole_machines", False)),
     }
 
 

@@ -24,6 +24,9 @@ from sweeps.spec import Spec
 # ours: the Optuna and MLflow credentials stay with the driver).
 PROPAGATE = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "SWEEPS_DATA_CACHE")
 
+# Set once `ensure_ray` has started a local Ray of this process's own (not a cluster it joined).
+_OWN_CLUSTER: list[bool] = []
+
 
 def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = None) -> None:
     """Connect to `address` (a cluster's GCS host:port), or start a local Ray of this process's
@@ -60,6 +63,20 @@ def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = 
         )
     except (ConnectionError, RuntimeError) as e:
         raise ServiceError(f"Ray cluster {address or '(local)'}: {one_line(e)}") from None
+    if not address:
+        _OWN_CLUSTER.append(True)
+
+
+def stop_own_cluster() -> None:
+    """Tear down the local Ray this process started, as Ray's own `ray.shutdown()` does at a
+    normal exit. A process that ends with `os._exit` skips that: its raylet and GCS die with
+    it (parent-death signal), but the raylet's DashboardAgent and RuntimeEnvAgent, orphaned
+    to PID 1, stayed ~90-105 s until they noticed. A cluster this process only joined (the
+    `sweeps up` service's, RAY_ADDRESS, one started by the user) is left running."""
+    ray = sys.modules.get("ray")
+    if _OWN_CLUSTER and ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _OWN_CLUSTER.clear()
 
 
 def cpus() -> float:
@@ -316,22 +333,18 @@ CONTAINER_TOOL = "podman"
 
 def check_image_nodes(spec: Spec) -> None:
     """`resources.image`: every alive node that could run one of the trials' workers has
-    podman, which Ray's `image_uri` starts the workers with. Asked of the nodes themselves
-    (a zero-CPU task pinned to each) before any lane starts: without it, each worker's start
-    fails deep in Ray's runtime env agent and the trial is retried until it is marked FAIL."""
+    podman, which Ray's `image_uri` starts the workers with, and the image (or pulls it).
+    Asked of the nodes themselves (a zero-CPU task pinned to each) before any lane starts:
+    without it, each lane's start fails deep in Ray's runtime env agent (execution/images)."""
     import ray
     from ray.exceptions import GetTimeoutError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from sweeps.execution import images
+
     r = spec.resources
-
-    def has(tool: str) -> bool:
-        import shutil
-
-        return shutil.which(tool) is not None
-
     tool = CONTAINER_TOOL
-    probe = ray.remote(num_cpus=0)(has)
+    probe = ray.remote(num_cpus=0)(images.node_check)
     nodes = [
         n
         for n in ray.nodes()
@@ -342,18 +355,17 @@ def check_image_nodes(spec: Spec) -> None:
     asks = {
         n["NodeManagerAddress"]: probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote(tool)
+        ).remote(tool, r.image)
         for n in nodes
     }
+    wait = images.PULL_TIMEOUT_S + 60
     try:
-        missing = sorted(addr for addr, ref in asks.items() if not ray.get(ref, timeout=120))
+        answers = {addr: ray.get(ref, timeout=wait) for addr, ref in asks.items()}
     except GetTimeoutError:
-        raise ServiceError("resources.image: the nodes did not answer within 120 s") from None
-    if missing:
-        raise ServiceError(
-            f"resources.image: Ray runs {r.image} with {tool}, and node(s) {', '.join(missing)} "
-            f"have none: install {tool} on every node that runs trials, or drop the image"
-        )
+        raise ServiceError(f"resources.image: the nodes did not answer within {wait} s") from None
+    refusal = images.refusal(spec, tool, answers)
+    if refusal:
+        raise ServiceError(refusal)
 
 
 def _service_actor(actor: Any, name: str, concurrency: int) -> Any:

@@ -1,20 +1,35 @@
 """The lane host: a zero-CPU Ray actor that holds the lanes' `fit()` calls.
 
 Calling `TorchTrainer.fit()` from an actor is the shape Ray Train V2 documents for tuning (a
-Tune trial is an actor). Doing it here rather than in the driver keeps `torch` and Ray Train's
-controller machinery out of the driver process (~480 MB of the driver's memory), and lets the
-driver exit without waiting for worker groups to tear down: the host, owned by the driver, goes
-with it.
+Tune trial is an actor). On the tested Ray the host runs each lane's controller itself (the fast
+path, execution/raytrain.py); elsewhere, or asked by SWEEPS_RAY_PATH, it calls the public fit().
+Doing it here rather than in the driver keeps `torch` and Ray Train's controller machinery out of
+the driver process (~480 MB of the driver's memory), and lets the driver exit without waiting
+for worker groups to tear down: the host, owned by the driver, goes with it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 from sweeps.common.errors import one_line
-from sweeps.execution.lane import Lane, LaneConfig, LaneShape, make_trainer
-from sweeps.execution.raytrain import LANE_NAME, configure_host_logging
+from sweeps.execution.lane import RAY_PATH_ENV, Lane, LaneConfig, LaneShape, make_trainer
+from sweeps.execution.raytrain import LANE_NAME, configure_host_logging, private_path_missing
+
+log = logging.getLogger(__name__)
+
+
+def lane_path(asked: str) -> str:
+    """The path a lane runs on, "public" or "private", for what its driver asked ("": choose).
+    Private asked where it cannot run fails the lane with one line, rather than run public."""
+    if asked == "public":
+        return "public"
+    missing = private_path_missing()
+    if asked == "private" and missing:
+        raise RuntimeError(f"{RAY_PATH_ENV}=private, but {missing}")
+    return "public" if missing else "private"
 
 
 class LaneHost:
@@ -29,7 +44,11 @@ class LaneHost:
         # thread: two threads importing one package cycle can see it half-initialized.
         import ray.train.torch  # noqa: F401
 
-        configure_host_logging()  # once: per lane, two lanes starting together deadlocked
+        missing = private_path_missing()
+        if missing is None:  # only in-process controllers need it
+            configure_host_logging()  # once: per lane, two lanes starting together deadlocked
+        else:
+            log.warning("lanes run Ray Train's public TorchTrainer.fit(): %s", missing)
 
     def run_lane(self, lane_id: str, shape: LaneShape, conf: LaneConfig) -> str | None:
         """Run the lane's fit() to its end; returns None, or the error that ended it."""
@@ -37,7 +56,9 @@ class LaneHost:
         LANE_NAME.set(lane_id)  # this thread's records name this lane in the host's log
         error = None
         try:
-            make_trainer(Lane(lane_id, shape), conf, in_process_controller=True).fit()
+            path = lane_path(conf.ray_path)
+            lane = Lane(lane_id, shape)
+            make_trainer(lane, conf, in_process_controller=path == "private").fit()
         except BaseException as e:
             error = f"{type(e).__name__}: {one_line(e, 2000)}"
         self.ended[lane_id] = error

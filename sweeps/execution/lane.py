@@ -10,6 +10,7 @@ in a daemon thread of the driver. Tests use a fake one (no Ray at all).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -55,6 +56,24 @@ class Lane:
     last_rss_mb: float = 0.0
 
 
+# How the lane host runs a lane's fit(): "private" (Ray Train's controller in the host itself,
+# through execution/raytrain.py's private names: the fast path), "public" (`TorchTrainer.fit()`
+# as documented: Ray Train spawns its controller actor), or unset ("auto"): private where this
+# Ray is the tested release with every name in place, else public. Read by the driver; tests set
+# it to run lanes on both paths.
+RAY_PATH_ENV = "SWEEPS_RAY_PATH"
+
+
+def asked_ray_path() -> str:
+    """The path the environment asks for ("" for automatic); an unknown value is bad input."""
+    from sweeps.common.errors import SpecError
+
+    asked = os.environ.get(RAY_PATH_ENV, "").strip().lower()
+    if asked not in ("", "auto", "public", "private"):
+        raise SpecError(f"{RAY_PATH_ENV}={asked!r}: expected public, private or auto")
+    return "" if asked == "auto" else asked
+
+
 def make_lane_id(sweep: str, index: int) -> str:
     return f"{sweep}-lane{index}-{uuid.uuid4().hex[:6]}"
 
@@ -76,6 +95,7 @@ class LaneConfig:
     keep_checkpoints: int
     runtime_env: dict[str, Any] | None = None
     local_mode: bool = False
+    ray_path: str = field(default_factory=asked_ray_path)  # "", "public" or "private"
 
 
 def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = False) -> Any:

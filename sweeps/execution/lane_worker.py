@@ -24,7 +24,7 @@ from sweeps.common import names
 from sweeps.common.errors import ProtocolError
 from sweeps.contracts.protocol import Assignment, Stop, TrainerSettings, TrialResult, WarmUp
 from sweeps.execution.raytrain import trial_session
-from sweeps.worker import runtime
+from sweeps.worker import raylines, runtime, workdir
 
 BUILTIN_ENTRYPOINT = names.BUILTIN_ENTRYPOINT
 
@@ -192,13 +192,20 @@ def run_trial(
         conf = dict(a.config)
         fn = _train_function(how, conf)
         with (
+            # A function's own view of code_dir; program mode makes one for its script.
+            workdir.for_function(
+                None if how.program else how.code_dir, a.trial_number, rank
+            ) as view,
+            raylines.kept_out(sys.stderr),  # Ray's own records are not the trial's output
             contextlib.redirect_stdout(_Tee(sys.stdout, buf)),
             contextlib.redirect_stderr(_Tee(sys.stderr, buf)),
             # A function's ray.train.* calls reach the trial, not the lane's Ray Train session.
             contextlib.nullcontext() if how.program else trial_session(),
         ):
             out = fn(conf)
-        result = _result(out, rank, how)
+            result = _result(out, rank, how)
+            if view is not None and rank == 0:  # as program mode logs its script's writes
+                result.artifacts = view.pack()
         result.train_seconds = time.time() - t0
     except runtime.TrialPruned as e:
         result = TrialResult(state="pruned", reason=str(e), train_seconds=time.time() - t0)

@@ -17,6 +17,7 @@ from typing import Any
 
 from sweeps.common import timeline
 from sweeps.common.errors import one_line
+from sweeps.common.words import plural
 from sweeps.execution.lane import Lane, LaneLauncher, LaneShape, make_lane_id
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class RecyclePolicy:
 
     def reason(self, lane: Lane) -> str | None:
         if self.after_trials and lane.trials_run >= self.after_trials:
-            return f"recycled after {lane.trials_run} trials"
+            return f"recycled after {plural(lane.trials_run, 'trial')}"
         grew = lane.first_rss_mb and lane.last_rss_mb > lane.first_rss_mb * (1 + self.rss_growth)
         if self.rss_growth and grew:
             return (

@@ -19,6 +19,9 @@ is a process spawned while the lane's worker spawns:
   reads its requests there. Its first request waits for the actor to spawn (~1 s on 2 cores)
   on a fresh cluster, before the controller asks for a worker.
 
+Only on the tested Ray with every name in place (`private_path_missing`); elsewhere, or with
+SWEEPS_RAY_PATH=public, the host calls the public `TorchTrainer.fit()`: same trials and results.
+
 On a lane's worker, `trial_session` gives each trial Ray Train's public functions of its own
 (`ray.train.report`, `get_checkpoint`, ...), which would otherwise talk to the lane's session.
 """
@@ -30,6 +33,7 @@ import contextvars
 import functools
 import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +46,48 @@ RAY_TESTED = ("2.60", "2.61")
 
 # Set by `ensure_ray` for a Ray of the process's own (its processes inherit it).
 NO_AUTOSCALER_ENV = "SWEEPS_NO_AUTOSCALER"
+
+
+def untested_release() -> str | None:
+    """Why this Ray is not the release our private names were tested with (None: it is)."""
+    import ray
+
+    have = tuple(int(x) for x in re.findall(r"\d+", ray.__version__)[:2])
+    low, high = (tuple(int(x) for x in v.split(".")) for v in RAY_TESTED)
+    if low <= have < high:
+        return None
+    return f"tested with ray >={RAY_TESTED[0]},<{RAY_TESTED[1]}; this worker has {ray.__version__}"
+
+
+@functools.cache
+def private_path_missing() -> str | None:
+    """Why the lane host cannot run controllers in its own process here (None: it can): an
+    untested Ray, or a private name this module uses is gone. Checks every name, so an upgrade
+    that moved one lands on the public path instead of failing lanes mid-start."""
+    import inspect
+
+    untested = untested_release()
+    if untested:
+        return f"Ray Train's private names are {untested}"
+    try:
+        from ray.train.torch import TorchTrainer
+        from ray.train.v2._internal.execution.controller import TrainController
+        from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
+
+        for owner, name in [(TorchTrainer, "_create_default_callbacks"),
+                            (TorchTrainer, "_initialize_and_run_controller"),
+                            (FixedScalingPolicy, "after_controller_start"),
+                            (FixedScalingPolicy, "_maybe_send_resource_request"),
+                            (TrainController, "get_result")]:  # fmt: skip
+            if not callable(getattr(owner, name, None)):
+                return f"Ray Train's {owner.__name__}.{name} is gone"
+        if not inspect.iscoroutinefunction(TrainController.run):
+            return "Ray Train's TrainController.run is no longer a coroutine"
+        in_process_trainer_class()
+        _logging_names()
+    except (ImportError, AttributeError) as e:
+        return f"a private name of Ray Train is gone ({type(e).__name__}: {e})"
+    return None
 
 
 @functools.cache
@@ -100,6 +146,18 @@ class _LaneFilter(logging.Filter):
         return True
 
 
+def _logging_names() -> tuple[Any, ...]:
+    from ray._common.filters import CoreContextFilter
+    from ray._common.formatters import JSONFormatter
+    from ray._private.log import PlainRayHandler
+    from ray.train.v2._internal.constants import ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR
+    from ray.train.v2._internal.logging.logging import SessionFileHandler, TrainLogLevelFilter
+
+    return (CoreContextFilter, JSONFormatter, PlainRayHandler,
+            ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR, SessionFileHandler,
+            TrainLogLevelFilter)  # fmt: skip
+
+
 def configure_host_logging() -> None:
     """Set up the `ray.train` logger once for a process that runs several controllers (the
     lane host), and keep each controller from setting it up again.
@@ -109,17 +167,15 @@ def configure_host_logging() -> None:
     waits for the lock of a file handler, which the other lane holds while that handler opens
     its file for its first record (and registering the new handler takes the module lock). Both
     lanes hung before a worker started: a 4-trial sweep in CI waited 600 s for its first trial,
-    its host's controller log one empty file. Call it before any lane runs, on one thread."""
+    its host's controller log one empty file. Call it before any lane runs, on one thread.
+    Only the private path needs it: a public fit()'s controller is an actor of its own."""
     import logging.config
 
     import ray
-    from ray._common.filters import CoreContextFilter
-    from ray._common.formatters import JSONFormatter
-    from ray._private.log import PlainRayHandler
-    from ray.train.v2._internal.constants import ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR
-    from ray.train.v2._internal.logging.logging import SessionFileHandler, TrainLogLevelFilter
 
-    os.environ[ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR] = "0"
+    CoreContextFilter, JSONFormatter, PlainRayHandler, structured_env, SessionFileHandler, \
+        TrainLogLevelFilter = _logging_names()  # fmt: skip
+    os.environ[structured_env] = "0"
     worker = ray.get_runtime_context().get_worker_id()
 
     def log_file(kind: str, *filters: str) -> dict[str, Any]:
@@ -169,18 +225,6 @@ def _unsupported(call: str, why: str) -> ValueError:
     return ValueError(f"{call} cannot be honoured inside a sweeps trial: {why}")
 
 
-def _check_ray_release() -> None:
-    import ray
-
-    have = tuple(int(x) for x in ray.__version__.split(".")[:2])
-    low, high = (tuple(int(x) for x in v.split(".")) for v in RAY_TESTED)
-    if not low <= have < high:
-        raise RuntimeError(
-            f"ray.train calls of a trial are routed through Ray Train's private TrainFnUtils, "
-            f"tested with ray >={RAY_TESTED[0]},<{RAY_TESTED[1]}; this worker has {ray.__version__}"
-        )
-
-
 class _TrialSession:
     """The trial's side of Ray Train's TrainFnUtils (`trial_session` makes the subclass): reports
     go through `sweeps.worker.runtime.report` (Optuna, MLflow, the pruner's answer, the
@@ -196,6 +240,14 @@ class _TrialSession:
         self.latest: Any = None  # the newest checkpoint this rank persisted in this trial
         self.resumed: Any = None  # the trial's resume checkpoint, once unpacked
         self.reported: list[Any] = []
+        # On a Ray the routing was not tested with, only a trial's own ray.train calls fail.
+        untested = untested_release()
+        why = "ray.train calls of a trial are routed through Ray Train's TrainFnUtils"
+        self.refusal = f"{why}, {untested}" if untested else None
+
+    def _refuse(self) -> None:
+        if self.refusal and not (self.closed or self.through or runtime.context().persisting):
+            raise RuntimeError(self.refusal)
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None,
                checkpoint_dir_name: str | None = None, checkpoint_upload_mode: Any = None,
@@ -203,6 +255,7 @@ class _TrialSession:
                checkpoint_upload_fn: Any = None, validation: Any = False) -> None:  # fmt: skip
         from ray.train.v2.api.report_config import CheckpointUploadMode
 
+        self._refuse()
         mode = checkpoint_upload_mode or CheckpointUploadMode.SYNC
         if self.closed:
             return self.inner.report(metrics, checkpoint, checkpoint_dir_name, mode,
@@ -263,6 +316,7 @@ class _TrialSession:
     def get_checkpoint(self) -> Any:
         from ray.train import Checkpoint
 
+        self._refuse()
         if self.closed or self.through or runtime.context().persisting:
             return self.inner.get_checkpoint()
         if self.latest is not None:
@@ -272,6 +326,7 @@ class _TrialSession:
         return self.resumed
 
     def get_all_reported_checkpoints(self, *args: Any, **kwargs: Any) -> list[Any]:
+        self._refuse()
         if self.closed:
             return list(self.inner.get_all_reported_checkpoints(*args, **kwargs))
         return list(self.reported)  # this trial's, as this rank persisted them
@@ -317,16 +372,25 @@ def trial_session() -> Iterator[None]:
     `get_checkpoint`, `get_context`, `ray.train.torch.prepare_*`, ...) serve the trial instead
     of the lane's long-lived session. Ray Train V2 dispatches every one of them through the
     TrainFnUtils installed on the worker, whatever name the caller imported. Inert until the
-    trial's code calls one."""
-    from ray.train.v2._internal.execution import train_fn_utils as tfu
+    trial's code calls one. On a Ray without that private dispatch nothing can be routed: the
+    trial's log says so in one line, and the trial runs on (sweeps.report is unaffected)."""
+    import sys
 
-    _check_ray_release()
+    try:
+        from ray.train.v2._internal.execution import train_fn_utils as tfu
+
+        make = _session_class()
+    except (ImportError, AttributeError) as e:
+        why = f"Ray Train's TrainFnUtils is gone ({e}); report with sweeps.report"
+        print(f"sweeps: this trial's ray.train calls reach the lane: {why}", file=sys.stderr)
+        yield
+        return
     try:
         inner = tfu.get_train_fn_utils()
     except RuntimeError:  # not on a Ray Train worker: nothing to route
         yield
         return
-    session = _session_class()(inner)
+    session = make(inner)
     tfu.set_train_fn_utils(session)
     try:
         yield

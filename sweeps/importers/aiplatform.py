@@ -71,8 +71,6 @@ def to_spec(
     --job-dir, passed to the module only when set, and as given. `cluster_python`: an image
     job's package runs on the cluster's own Python instead of in the image.
     """
-    from tracking.costs import machines
-
     ti = config.get("trainingInput")
     if not isinstance(ti, dict):
         raise SpecError("trainingInput: required (an AI Platform job config)")
@@ -92,10 +90,7 @@ def to_spec(
             notes.append(note)
     goal = str(hp.get("goal", "MAXIMIZE")).upper()
     tag = hp.get("hyperparameterMetricTag") or "training/hptuning/metric"
-    machine = ti.get("masterType") or TIERS.get(ti.get("scaleTier", "BASIC"), "n1-standard-4")
-    if machine not in machines():
-        notes.append(f"machine type {machine} is not in the price table: costed as 'local'")
-        machine = "local"
+    machine = _machine(ti, notes)
     accel = (ti.get("masterConfig") or {}).get("acceleratorConfig") or {}
     algorithm = ALGORITHMS.get(str(hp.get("algorithm", "ALGORITHM_UNSPECIFIED")))
     if algorithm is None:
@@ -114,6 +109,7 @@ def to_spec(
         "resources": {
             "workers": 1 + int(ti.get("workerCount", 0)),
             "machine_type": machine,
+            "whole_machines": True,  # each replica (master, workers) is a VM of its own
         },
         "trainer": {
             "entrypoint": names.AIPLATFORM_ENTRYPOINT,
@@ -135,6 +131,20 @@ def to_spec(
         spec["resources"]["gpus_per_worker"] = float(accel["count"])
     _place_package(spec, notes, image_uri(config), package_path, cluster_python)
     return spec, notes
+
+
+def _machine(ti: dict[str, Any], notes: list[str]) -> str:
+    """The machine type a trial is priced as: the master's (or its scale tier's)."""
+    from tracking.costs import machines
+
+    machine = ti.get("masterType") or TIERS.get(ti.get("scaleTier", "BASIC"), "n1-standard-4")
+    if machine not in machines():
+        notes.append(f"machine type {machine} is not in the price table: costed as 'local'")
+        machine = "local"
+    worker_type = ti.get("workerType")
+    if ti.get("workerCount") and worker_type and worker_type != machine:
+        notes.append(f"workerType {worker_type}: priced as {machine} (a spec has one machine type)")
+    return machine
 
 
 def _place_package(

@@ -2,7 +2,8 @@
 pruners, the search space, warm starts, selecting the best trial, drivers' heartbeats and stop
 requests, and how a storage outage is met.
 
-Owns: `study`, `samplers`, `space`, `warmstart`, `select`, `liveness`, `trial_attrs`, `outage`.
+Owns: `study`, `samplers`, `space`, `warmstart`, `select`, `liveness`, `trial_attrs`, `outage`,
+`reuse` (what running a spec under an existing sweep's name would do).
 May import: `sweeps.common`, `sweeps.spec`, `sweeps.contracts`, `sweeps.worker`, `trainer`,
 `tracking`.
 """

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -26,9 +26,12 @@ HEARTBEAT_S = 10.0
 STALE_AFTER_S = 45.0
 
 
-def heartbeat(study: optuna.Study, driver_id: str, alive: bool = True) -> None:
+def heartbeat(
+    study: optuna.Study, driver_id: str, alive: bool = True, session: dict[str, Any] | None = None
+) -> None:
+    """`session`: the driver's session facts (`sweeps.common.figures.session`), kept with it."""
     beat = {"t": time.time() if alive else 0, "host": socket.gethostname(), "pid": os.getpid()}
-    study.set_user_attr(names.driver_beat(driver_id), beat)
+    study.set_user_attr(names.driver_beat(driver_id), {**beat, **(session or {})})
 
 
 def _alive(beat: object, now: float) -> bool:
@@ -75,6 +78,7 @@ def stale_running(study: optuna.Study, me: str) -> list[optuna.trial.FrozenTrial
 class Request(StrEnum):
     """What `sweeps stop` / `sweeps cancel` asked of a sweep's drivers."""
 
+    INTERRUPT = "interrupt"  # `sweeps down`: stop running trials now, the sweep is resumable
     CANCEL = "cancel"  # stop running trials now
     STOP = "stop"  # finish running trials, start no more
 
@@ -83,7 +87,7 @@ def requested(study: optuna.Study, since: float) -> Request | None:
     """`sweeps stop` / `sweeps cancel` write a timestamp into the study; drivers poll for it.
     Only requests made after `since` count; a cancel outranks a stop."""
     attrs = fresh_study_attrs(study)
-    for kind in (Request.CANCEL, Request.STOP):
+    for kind in (Request.INTERRUPT, Request.CANCEL, Request.STOP):
         ts = attrs.get(names.requested(kind))
         if isinstance(ts, int | float) and ts >= since:
             return kind
@@ -125,14 +129,10 @@ def launch_lock(study: optuna.Study) -> Iterator[None]:
                     except sqlalchemy.exc.SQLAlchemyError:
                         pass  # the connection died: PostgreSQL dropped its lock with it
         elif url.startswith("sqlite") and engine.url.database:
-            import fcntl
+            import filelock
 
-            with open(f"{engine.url.database}.sweeps-lock", "w") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(f, fcntl.LOCK_UN)
+            with filelock.FileLock(f"{engine.url.database}.sweeps-lock"):
+                yield
         else:
             yield
 
@@ -141,14 +141,22 @@ class Pulse:
     """A driver's periodic contact with its study: a heartbeat every HEARTBEAT_S, and a look for
     `sweeps stop` / `cancel` requests every `poll_s` (both are database round trips)."""
 
-    def __init__(self, study: optuna.Study, driver_id: str, since: float, poll_s: float = 2.0):
+    def __init__(
+        self,
+        study: optuna.Study,
+        driver_id: str,
+        since: float,
+        poll_s: float = 2.0,
+        session: Callable[[], dict[str, Any]] | None = None,
+    ):
         self.study, self.driver_id, self.since, self.poll_s = study, driver_id, since, poll_s
+        self.session = session or dict
         self._beat = self._polled = 0.0
 
     def tick(self, now: float) -> Request | None:
         """Beat if due; returns what a person asked of the sweep, if anything."""
         if now - self._beat > HEARTBEAT_S:
-            heartbeat(self.study, self.driver_id)
+            heartbeat(self.study, self.driver_id, session=self.session())
             self._beat = now
         if now - self._polled > self.poll_s:
             self._polled = now

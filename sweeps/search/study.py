@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sweeps.spec import Spec
 
 # The Optuna releases this adapter was written and tested against (pyproject pins the same).
-OPTUNA_TESTED = ("5.1", "5.2")  # >= first, < second
+OPTUNA_TESTED = ("5.0", "5.2")  # >= first, < second
 
 
 def open_storage(url: str) -> Any:

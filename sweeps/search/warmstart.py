@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.common import names
+from sweeps.common.words import plural
 from sweeps.search.study import distribution_contains
 from sweeps.spec import CategoricalParam, FloatParam, IntParam, Spec
 
@@ -94,7 +95,7 @@ def warm_start(study: Any, spec: Spec, storage_url: str) -> list[str]:
             )[: ws.top_k]
             for t in ranked:
                 study.enqueue_trial(t.params, user_attrs={names.WARM_FROM: f"{name}#{t.number}"})
-            notes.append(f"{name}: enqueued top {len(ranked)} configurations")
+            notes.append(f"{name}: enqueued top {plural(len(ranked), 'configuration')}")
         copied += used
         notes.append(f"{name}: copied {used} of {len(done)} finished trials")
     if copied:

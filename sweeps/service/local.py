@@ -16,7 +16,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -246,12 +246,15 @@ def _wait_ready(info: ServiceInfo, wait_s: float) -> None:
     )
 
 
-def down(wait_s: float = 30.0) -> list[str]:
-    """Stop what `up` started (its process groups) and nothing else; returns what stopped."""
+def down(wait_s: float = 30.0, say: Callable[[str], None] | None = None) -> list[str]:
+    """Stop what `up` started (its process groups) and nothing else; returns what stopped.
+    Sweeps still running are interrupted first and recorded so (`say` warns of each)."""
     try:
         raw = json.loads(_record().read_text())
     except (OSError, ValueError):
         return []
+    if daemons.alive(raw.get("ray_pid")):
+        _interrupt_sweeps(wait_s, say)
     stopped = []
     started = ("ray", "mlflow", "zygote")
     for name, pid in ((n, raw.get(f"{n}_pid")) for n in started):
@@ -266,6 +269,22 @@ def down(wait_s: float = 30.0) -> list[str]:
 
     shutil.rmtree(raw.get("temp_dir") or "/nonexistent", ignore_errors=True)
     return stopped
+
+
+def _interrupt_sweeps(wait_s: float, say: Callable[[str], None] | None) -> None:
+    """Sweeps whose drivers run: interrupted and recorded before their lanes go."""
+    from sweeps.service import inflight
+
+    live = inflight.live_sweeps()
+    if not live:
+        return
+    if say is not None:
+        say(
+            f"warning: {len(live)} sweep(s) running: {', '.join(live)}. Interrupting them: "
+            "running trials are cancelled (MLflow runs KILLED) and `sweeps resume NAME` runs "
+            "them again"
+        )
+    inflight.interrupt(live, wait_s)
 
 
 def resolve(address: str | None) -> tuple[str, dict[str, str]]:

@@ -17,6 +17,7 @@ from sweeps.spec.models import (
     PRUNERS,
     SAMPLERS,
     SEARCHABLE_RESOURCES,
+    TRAINER_METRICS,
     Budget,
     Execution,
     MetricsSpec,
@@ -28,6 +29,7 @@ from sweeps.spec.models import (
     Tracking,
     TrainerSpec,
     WarmStart,
+    check_reported,
 )
 from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, IntParam, Param
 
@@ -39,6 +41,7 @@ __all__ = [
     "PRUNERS",
     "SAMPLERS",
     "SEARCHABLE_RESOURCES",
+    "TRAINER_METRICS",
     "Budget",
     "CategoricalParam",
     "Execution",
@@ -54,6 +57,7 @@ __all__ = [
     "TrainerSpec",
     "Tracking",
     "WarmStart",
+    "check_reported",
     "format_validation_error",
     "load_spec",
     "parse_overrides",

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from sweeps.common import names
 from sweeps.common.errors import SpecError, one_line
-from sweeps.spec.models import Spec
+from sweeps.spec.models import Spec, TrainerSpec
 
 
 def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
@@ -44,6 +47,59 @@ def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+# Other tools' words for a field (Katib's metrics collector `source`/`kind`, Ray Tune's and
+# W&B's `mode`/`goal`, Optuna's `n_trials`): no spelling is close, the meaning is.
+SYNONYMS = {
+    "source": "collector",
+    "kind": "collector",
+    "mode": "direction",
+    "goal": "direction",
+    "n_trials": "trials",
+    "max_trials": "trials",
+}
+
+
+def _step(ann: Any, key: Any) -> Any:
+    """The type one step down a validation error's location: a model's field, a list's or a
+    dict's value, or the member of a tagged union (`search_space.lr.float`) that `key` names."""
+    while get_origin(ann) is Annotated:
+        ann = get_args(ann)[0]
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        for fname, f in ann.model_fields.items():
+            if key in (fname, f.alias):
+                return f.annotation
+        return None
+    if get_origin(ann) in (list, dict):
+        return get_args(ann)[-1]
+    members = [a for a in get_args(ann) if a is not type(None)]
+    if len(members) == 1:  # X | None
+        return _step(members[0], key)
+    for m in members:
+        is_model = isinstance(m, type) and issubclass(m, BaseModel)
+        tag = m.model_fields.get("type") if is_model else None
+        if tag is not None and get_args(tag.annotation) == (key,):
+            return m
+    return None
+
+
+def field_hint(loc: tuple[Any, ...]) -> str:
+    """For an unknown field: `; did you mean 'x'?` when one known field is close, else the
+    fields that are known there."""
+    ann: Any = Spec
+    for key in loc[:-1]:
+        ann = _step(ann, key)
+    while get_origin(ann) is Annotated or get_origin(ann) in (Union, UnionType):
+        args = [a for a in get_args(ann) if a is not type(None)]
+        ann = args[0] if len(args) == 1 or get_origin(ann) is Annotated else None
+    if not (isinstance(ann, type) and issubclass(ann, BaseModel)) or not loc:
+        return ""
+    known = [f.alias or fname for fname, f in ann.model_fields.items()]
+    word = str(loc[-1])
+    close = [SYNONYMS[word]] if SYNONYMS.get(word) in known else []
+    close = close or difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f"; known fields: {', '.join(known)}"
+
+
 def format_validation_error(err: ValidationError) -> str:
     """One line: `field.path: problem` for each error, joined by '; '."""
     parts = []
@@ -55,7 +111,7 @@ def format_validation_error(err: ValidationError) -> str:
         )
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown field"
+            msg = "unknown field" + field_hint(e["loc"])
         elif e["type"] == "literal_error":
             msg = f"unknown value {e.get('input')!r}; {msg.lower()}"
         parts.append(f"{loc}: {msg}" if loc else msg)
@@ -114,11 +170,22 @@ def load_spec(
     if name is not None and isinstance(raw, dict):
         raw = {**raw, "name": name}
     spec = spec_from_dict(raw, overrides)
-    code_dir = spec.trainer.code_dir
-    if code_dir and not Path(code_dir).is_absolute():
-        # A spec ships next to its code: resolve code_dir from the spec file, not the shell.
-        resolved = str((p.parent / code_dir).resolve())
-        spec = spec.model_copy(
-            update={"trainer": spec.trainer.model_copy(update={"code_dir": resolved})}
-        )
-    return spec
+    return spec.model_copy(update={"trainer": _resolved(spec.trainer, p.parent)})
+
+
+def _resolved(trainer: TrainerSpec, folder: Path) -> TrainerSpec:
+    """A spec ships next to its code: its relative folders are read from the spec file's
+    folder, not the shell's (code_dir, and an AI Platform job's package_path, which is its
+    code_dir on the workers)."""
+    update: dict[str, Any] = {}
+    if trainer.code_dir and not Path(trainer.code_dir).is_absolute():
+        update["code_dir"] = str((folder / trainer.code_dir).resolve())
+    package = trainer.params.get("package_path")
+    if (
+        trainer.entrypoint == names.AIPLATFORM_ENTRYPOINT
+        and isinstance(package, str)
+        and package
+        and not Path(package).is_absolute()
+    ):
+        update["params"] = {**trainer.params, "package_path": str((folder / package).resolve())}
+    return trainer.model_copy(update=update) if update else trainer

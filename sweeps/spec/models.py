@@ -6,6 +6,7 @@ so a typo is caught once, here, with the field path in the message.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Literal
 
@@ -91,6 +92,9 @@ class Resources(_Model):
     machine_type: str = "local"
     # Priced at the table's spot price (conf/machines.yaml); the machine type must have one.
     preemptible: bool = False
+    # Each worker is billed as a whole machine of machine_type, as AI Platform bills each
+    # replica (a VM of its own); otherwise a worker pays its share of one (tracking.costs).
+    whole_machines: bool = False
     # Restarts of a trial's worker group after a lost worker before the trial is marked FAIL.
     max_failures: int = Field(2, ge=0, le=100)
     # pack: a trial's workers on as few nodes as fit; spread: on as many (one lost node then
@@ -237,6 +241,27 @@ class Tracking(_Model):
 # Resources the sweep itself may search, for cost/speed trade-offs: each shape gets a lane.
 SEARCHABLE_RESOURCES = ("resources.workers", "resources.gpus_per_worker", "resources.machine_type")
 COMPUTED_METRICS = ("cost_usd", "gpu_hours", "train_seconds", "param_count")
+# What the built-in trainer (trainer.loop) reports: each epoch, then param_count at its end.
+TRAINER_METRICS = (*names.TRAINER_EPOCH_METRICS, "param_count")
+
+
+def check_reported(spec: Spec) -> None:
+    """With the built-in trainer, each objective must be a metric it reports (or one the driver
+    computes): `val_acc` is a typo found now, not a sweep whose every trial fails."""
+    t = spec.trainer
+    if t.entrypoint is not None or t.command_line is not None:
+        return  # the user's code reports what it reports
+    known = tuple(dict.fromkeys((*TRAINER_METRICS, *COMPUTED_METRICS)))
+    for i, o in enumerate(spec.objective_list()):
+        if o.metric in known:
+            continue
+        where = f"objectives.{i}.metric" if spec.multi_objective else "objective.metric"
+        close = difflib.get_close_matches(o.metric, known, n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise SpecError(
+            f"{where}: the built-in trainer does not report '{o.metric}'; {hint}"
+            f"it reports {', '.join(known)}"
+        )
 
 
 class Spec(_Model):

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sweeps.common.errors import SpecError
+
 # Values past this are typos (1e400 epochs), not intentions; bounding them keeps a bad spec from
 # turning into an hour-long allocation.
 HUGE = 1e12
@@ -85,3 +87,40 @@ class CategoricalParam(_ParamBase):
 
 
 Param = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
+
+
+def _outside(p: FloatParam | IntParam | CategoricalParam, v: Any) -> str | None:
+    """Why `v` is not a value `p` can take (None when it is)."""
+    if isinstance(p, CategoricalParam):
+        same = [c for c in p.choices if c == v and isinstance(c, bool) == isinstance(v, bool)]
+        return None if same else f"{v!r} is not among its choices {p.choices}"
+    number = isinstance(v, int | float) and not isinstance(v, bool)
+    if isinstance(p, IntParam) and not (number and float(v).is_integer()):
+        return f"{v!r} is not an integer"
+    if not number or not math.isfinite(v):
+        return f"{v!r} is not a number"
+    if not p.low <= v <= p.high:
+        return f"{v!r} is outside its range [{p.low}, {p.high}]"
+    step = p.step
+    if step and not p.log and not math.isclose((v - p.low) / step, round((v - p.low) / step)):
+        return f"{v!r} is not on its grid (low {p.low}, step {step})"
+    return None
+
+
+def check_enqueued(space: dict[str, Any], rows: list[dict[str, Any]], where: str) -> None:
+    """Configurations to try first must lie in the search space: an unknown name, or a value
+    out of range, of the wrong type or not a choice, is one line (Optuna would warn and run
+    something else)."""
+    import difflib
+
+    for i, row in enumerate(rows):
+        at = f"{where}[{i}]" if len(rows) > 1 else where
+        for key, v in row.items():
+            p = space.get(key)
+            if p is None:
+                close = difflib.get_close_matches(key, list(space), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"it has {', '.join(space)}"
+                raise SpecError(f"{at}: '{key}' is not in the search space; {hint}")
+            why = _outside(p, v)
+            if why:
+                raise SpecError(f"{at}: {key}: {why}")

@@ -8,8 +8,6 @@ user's package installed with its `install_requires`, as AI Platform installs it
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -22,6 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from sweeps.common import names
 
@@ -93,9 +93,23 @@ def unpack(blob: str) -> Path:
         if not (where / ".done").exists():
             shutil.rmtree(where, ignore_errors=True)
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                tar.extractall(where, filter="data")
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(where, filter="data")
+                else:  # Python < 3.11.4 (Debian 12's 3.11.2 in an image) has no filters
+                    tar.extractall(where, members=_plain_files(tar))
             (where / ".done").touch()
     return where
+
+
+def _plain_files(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """What `archive` writes, checked as the "data" filter would: regular files inside the
+    folder, no links, no absolute or parent paths."""
+    members = tar.getmembers()
+    for m in members:
+        parts = Path(m.name).parts
+        if not m.isfile() or Path(m.name).is_absolute() or ".." in parts:
+            raise ValueError(f"the job's package archive holds {m.name!r}: not a plain file in it")
+    return members
 
 
 def has_setup(root: str | Path) -> bool:
@@ -154,14 +168,8 @@ def _run(argv: list[str], what: str) -> None:
         raise RuntimeError(f"the job's package could not be installed ({what}):\n{tail}")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Any:
-    with open(f"{path}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def _locked(path: Path) -> filelock.FileLock:
+    return filelock.FileLock(f"{path}.lock")
 
 
 # ----- what the trial wrote under the job dir ---------------------------------------------------

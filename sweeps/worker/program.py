@@ -10,26 +10,25 @@ the learning log see a script like any trial. A pruned, failed or stopped rank s
 through the broker's board.
 
 Rank 0 returns the final metrics, plus `artifacts`: a tar.gz (bytes) of its trial folder, when
-the script wrote files there (at most MAX_ARTIFACTS_MB, uncompressed).
+the script wrote files there (at most `workdir.MAX_ARTIFACTS_MB`, uncompressed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
 import signal
 import socket
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from sweeps.common import names, paths
+from sweeps.common.extras import install_hint
 from sweeps.spec.command import expand, missing_files
 from sweeps.worker import cloudml, collectors, runtime, workdir
 from sweeps.worker.procgroup import Script
@@ -37,8 +36,6 @@ from sweeps.worker.procgroup import Script
 ENTRYPOINT = names.PROGRAM_ENTRYPOINT
 # The driver passes `settings(spec)` to the workers in the trial config under this key.
 SETTINGS_KEY = names.PROGRAM_SETTINGS
-MAX_ARTIFACTS_MB = 512
-WORKDIR_ARTIFACTS = "workdir"  # what the script wrote in its working directory, in artifacts
 POLL_S = 0.5  # file collectors and the board are checked this often
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -194,8 +191,7 @@ def run_script(s: dict[str, Any], params: dict[str, Any]) -> dict[str, Any] | No
         args_file = base / "params.json"
         args_file.write_text(json.dumps(params))
         hypertune_file = base / "hypertune" / "output.metrics"
-        # Relative in a Ray Job: to this worker's cwd, the job's working dir on this node.
-        code_dir = os.path.abspath(s["code_dir"]) if os.path.isdir(s["code_dir"]) else os.getcwd()
+        code_dir = str(workdir.source(s["code_dir"]))
         problems = missing_files(s["command"], s.get("program"), code_dir)
         if problems:
             raise FileNotFoundError(f"trainer.command: {'; '.join(problems)}")
@@ -236,8 +232,8 @@ def run_script(s: dict[str, Any], params: dict[str, Any]) -> dict[str, Any] | No
                 f"metric '{missing[0]}' was never seen in {collector.describe()}; seen: {seen}"
             )
         out: dict[str, Any] = dict(reporter.final)
-        limit = int(s.get("max_artifacts_mb", MAX_ARTIFACTS_MB))
-        blob = pack(trial_dir, limit, work, workdir.written(work, placed))
+        limit = int(s.get("max_artifacts_mb", workdir.MAX_ARTIFACTS_MB))
+        blob = workdir.pack(trial_dir, limit, work, workdir.written(work, placed))
         if blob is not None:
             out["artifacts"] = blob
         return out
@@ -288,7 +284,7 @@ def _check_exit(script: Script, s: dict[str, Any]) -> None:
     tail = script.stderr_tail()
     hint = ""
     if "No module named 'hypertune'" in tail:
-        hint = " (cloudml-hypertune is not installed: pip install 'sweeps[aiplatform]')"
+        hint = f" (cloudml-hypertune is not installed: {install_hint('aiplatform')})"
     elif "No module named 'wandb'" in tail:
         hint = " (wandb is not installed where the trial runs: pip install wandb)"
     elif rc == -signal.SIGABRT and "terminate called without an active exception" in tail:
@@ -352,27 +348,3 @@ class _Reporter:
                 self.ctx.step = max(self.ctx.step, step - 1)  # the script's step is the step
             runtime.report(metrics)
             self.final.update(metrics)
-
-
-def pack(
-    trial_dir: Path, limit_mb: int, work: Path | None = None, written: list[Path] | None = None
-) -> bytes | None:
-    """The trial folder, and what the script wrote in its working directory (under
-    `workdir/`), as tar.gz bytes; None when it wrote nothing in either."""
-    files = sorted(p for p in trial_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    named = [(p, str(p.relative_to(trial_dir))) for p in files]
-    if work is not None:
-        named += [(p, f"{WORKDIR_ARTIFACTS}/{p.relative_to(work)}") for p in written or []]
-    if not named:
-        return None
-    total = sum(p.stat().st_size for p, _ in named)
-    if total > limit_mb * 2**20:
-        raise ProgramError(
-            f"the trial wrote {total / 2**20:.0f} MB in its folders (SWEEPS_TRIAL_DIR and its "
-            f"working directory): over the {limit_mb} MB limit on a trial's artifacts"
-        )
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p, arcname in named:
-            tar.add(p, arcname=arcname, recursive=False)
-    return buf.getvalue()

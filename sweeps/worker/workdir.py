@@ -12,13 +12,23 @@ a fresh folder instead, filled from `code_dir`:
   W&B's stores) are left out.
 
 After the script, :func:`written` lists what the trial created or changed there, which rank 0
-logs as the trial's artifacts.
+logs as the trial's artifacts (:func:`pack`).
+
+Program mode (`sweeps.worker.program`) runs its script there as a child process. A function
+trial (`trainer.entrypoint` with a `code_dir`) runs with the view as the process's working
+directory (:func:`entered`), each rank in its own view, as each rank of a script runs in its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 # Files at most this large are copied; larger ones are hard-linked.
@@ -43,7 +53,20 @@ SKIP_DIRS = frozenset(
     }
 )
 
+MAX_ARTIFACTS_MB = 512  # what a trial wrote, uncompressed, at most
+ARTIFACTS_DIR = "workdir"  # what a trial wrote in its working directory, in its artifacts
+
 Snapshot = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns) as placed
+
+
+class TooLarge(RuntimeError):
+    """A trial wrote more than its artifacts may hold: the trial fails with this message."""
+
+
+def source(code_dir: str) -> Path:
+    """The folder a trial's view is made from: code_dir, relative to this worker's cwd (a Ray
+    Job's working dir on this node), or that cwd when code_dir is not a folder here."""
+    return Path(os.path.abspath(code_dir) if os.path.isdir(code_dir) else os.getcwd())
 
 
 def make_view(code_dir: Path, dest: Path) -> Snapshot:
@@ -94,3 +117,71 @@ def written(view: Path, placed: Snapshot) -> list[Path]:
             if placed.get(os.path.relpath(p, view)) != (st.st_size, st.st_mtime_ns):
                 out.append(p)
     return out
+
+
+def pack(
+    trial_dir: Path | None,
+    limit_mb: int,
+    work: Path | None = None,
+    written: list[Path] | None = None,
+) -> bytes | None:
+    """The trial folder (program mode's SWEEPS_TRIAL_DIR), and what the trial wrote in its
+    working directory (under `workdir/`), as tar.gz bytes; None when it wrote nothing."""
+    files = [] if trial_dir is None else sorted(trial_dir.rglob("*"))
+    named = [
+        (p, str(p.relative_to(trial_dir))) for p in files if p.is_file() and not p.is_symlink()
+    ]
+    if work is not None:
+        named += [(p, f"{ARTIFACTS_DIR}/{p.relative_to(work)}") for p in written or []]
+    if not named:
+        return None
+    total = sum(p.stat().st_size for p, _ in named)
+    if total > limit_mb * 2**20:
+        where = "its working directory" + (" and SWEEPS_TRIAL_DIR" if trial_dir else "")
+        raise TooLarge(
+            f"the trial wrote {total / 2**20:.0f} MB in {where}: over the {limit_mb} MB limit "
+            "on a trial's artifacts"
+        )
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for p, arcname in named:
+            tar.add(p, arcname=arcname, recursive=False)
+    return buf.getvalue()
+
+
+@dataclass
+class View:
+    """A trial's working directory, and what :func:`make_view` placed there."""
+
+    path: Path
+    placed: Snapshot
+
+    def pack(self, limit_mb: int = MAX_ARTIFACTS_MB) -> bytes | None:
+        """What the trial wrote here, as artifacts under `workdir/` (see :func:`pack`)."""
+        return pack(None, limit_mb, self.path, written(self.path, self.placed))
+
+
+@contextlib.contextmanager
+def entered(code_dir: str, prefix: str) -> Iterator[View]:
+    """The block runs with a fresh view of `code_dir` as the process's working directory; after
+    it, the working directory is the one before and the view is gone (a lane's worker runs many
+    trials, one after another, and none may inherit another's folder)."""
+    before = os.getcwd()
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        view = View(base, make_view(source(code_dir), base))
+        os.chdir(base)
+        yield view
+    finally:
+        os.chdir(before)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def for_function(
+    code_dir: str | None, trial: int, rank: int
+) -> contextlib.AbstractContextManager[View | None]:
+    """Where a function trial runs on this rank: its own view of code_dir, entered; a function
+    without code_dir (an installed package's, a notebook's) keeps the worker's directory."""
+    if not code_dir:
+        return contextlib.nullcontext()
+    return entered(code_dir, prefix=f"sweeps-trial{trial}-rank{rank}-")

@@ -180,11 +180,30 @@ def nodes_long(config):
 
 
 def chatty(config):
-    """Prints a line per epoch on every rank, as users' code does (issue 17: logs)."""
+    """Prints a line per epoch on every rank, as users' code does (issue 17: logs); the last
+    epoch is checkpointed, so Ray Train logs its report while the trial runs (issue 29 #15)."""
+    import logging
+    import threading
+
     ctx = sweeps.context()
     acc = 0.0
-    for e in range(int(config["epochs"])):
+    epochs = int(config["epochs"])
+    # A record of Ray Train's, from a thread of its (as its report thread logs), and one of
+    # the user's own: only the user's belongs in the trial's log.
+    ray_says = threading.Thread(
+        target=logging.getLogger("ray.train.v2").warning, args=("TrainingReport(from Ray)",)
+    )
+    ray_says.start()
+    ray_says.join()
+    logging.getLogger("chatty").warning("chatty's own warning on rank %d", ctx.rank)
+    for e in range(epochs):
         acc = 0.5 + 0.1 * e * config["lr"]
         print(f"epoch {e} on rank {ctx.rank}: acc {acc:.4f}", flush=True)
-        sweeps.report({"val_accuracy": acc})
+        if e < epochs - 1:
+            sweeps.report({"val_accuracy": acc})
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch.txt"), "w") as f:
+                f.write(str(e + 1))
+            sweeps.report({"val_accuracy": acc}, checkpoint_dir=d if ctx.rank == 0 else None)
     return {"val_accuracy": acc}

@@ -1,7 +1,10 @@
 """A Ray Train function written as Ray's "Get started with PyTorch" writes one (prepare_model,
 prepare_data_loader, a checkpoint per epoch, get_checkpoint at the start), on the digits data
 set so it needs no download. It imports nothing from sweeps: the same file runs under Ray
-Train with `python ray_quickstart.py`, and as a sweep with trainer.entrypoint.
+Train with `RAY_CHDIR_TO_TRIAL_DIR=0 python ray_quickstart.py` from its folder (Ray's way to
+read files relative to the original working directory), and as a sweep with trainer.entrypoint.
+Like many training scripts it reads a file shipped beside it (`data/classes.txt`) and saves its
+model and metrics with relative paths (`model.pth`, `out/metrics.json`).
 
 `record_dir` (test instrumentation only) gets one line per rank and epoch: what the function
 saw, for the test to read back.
@@ -22,9 +25,12 @@ from torch.utils.data import DataLoader, TensorDataset, random_split
 
 
 def train_func(config):
+    with open("data/classes.txt") as f:
+        classes = f.read().split()
+
     # Model, Loss, Optimizer
     model = nn.Sequential(
-        nn.Linear(64, config["hidden"]), nn.ReLU(), nn.Linear(config["hidden"], 10)
+        nn.Linear(64, config["hidden"]), nn.ReLU(), nn.Linear(config["hidden"], len(classes))
     )
     # [1] Prepare model.
     model = ray.train.torch.prepare_model(model)
@@ -86,6 +92,13 @@ def train_func(config):
         if context.get_world_rank() == 0:
             print(metrics)
 
+    # Save the trained model and its final metrics.
+    if context.get_world_rank() == 0:
+        torch.save(getattr(model, "module", model).state_dict(), "model.pth")
+        os.makedirs("out", exist_ok=True)
+        with open("out/metrics.json", "w") as f:
+            json.dump(metrics, f)
+
 
 def _record(config, context, epoch, checkpoint):
     if not config.get("record_dir"):
@@ -96,6 +109,8 @@ def _record(config, context, epoch, checkpoint):
         "rank": context.get_world_rank(),
         "world_size": context.get_world_size(),
         "resumed": checkpoint is not None,
+        "cwd": os.getcwd(),
+        "leftover": os.path.exists("model.pth"),
     }
     with open(os.path.join(config["record_dir"], "seen.jsonl"), "a") as f:
         f.write(json.dumps(line) + "\n")

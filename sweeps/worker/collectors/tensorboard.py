@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sweeps.common.extras import install_hint
 from sweeps.worker.collectors.base import Collector, Place, Record
 
 
@@ -31,7 +32,7 @@ class TensorboardCollector(Collector):
             except ImportError:
                 raise RuntimeError(
                     "the tensorboard collector needs the tensorboard package: "
-                    "pip install 'sweeps[tensorboard]'"
+                    + install_hint("tensorboard")
                 ) from None
             # Legacy scalars (torch's SummaryWriter) and TF2 tensor scalars read alike.
             self.mux = pem.EventMultiplexer(tensor_size_guidance={"scalars": 0})

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sweeps.common.extras import install_hint
+
 TESTED = "0.31.0"  # the wandb release this reader was tested against
 HEADER = b":W&B" + struct.pack("<H", 0xBEE1) + b"\x00"
 BLOCK = 32768
@@ -46,7 +48,7 @@ def record_class() -> Any:
             from wandb.proto import wandb_internal_pb2
         except ImportError as e:
             raise RuntimeError(
-                f"the wandb collector needs the wandb package ({e}): pip install 'sweeps[wandb]'"
+                f"the wandb collector needs the wandb package ({e}): {install_hint('wandb')}"
             ) from None
         version = str(getattr(wandb, "__version__", "?"))
         if version.split(".")[0] != TESTED.split(".")[0]:
