@@ -114,6 +114,18 @@ def test_install_hint_names_this_checkout_not_the_index():
     assert hint.endswith(f"-e '{ROOT}[aiplatform]'"), hint
 
 
+def test_no_doc_or_message_installs_the_unrelated_sweeps_from_the_index():
+    """No doc installs an extra as `sweeps[...]` from the index (messages: the hint above)."""
+    found = [
+        f"{p.relative_to(ROOT)}: {line.strip()}"
+        for p in ROOT.glob("**/*.md")
+        if ".venv" not in p.parts and "node_modules" not in p.parts
+        for line in p.read_text(errors="replace").splitlines()
+        if re.search(r"pip install +['\"]?sweeps\[", line)
+    ]
+    assert not found, "\n".join(found)
+
+
 AIP = ROOT / "examples" / "aiplatform_trainer"
 WANDB = ROOT / "examples" / "any_script" / "wandb-sweep.yaml"
 
