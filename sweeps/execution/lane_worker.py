@@ -204,7 +204,9 @@ def run_trial(
         ):
             out = fn(conf)
             result = _result(out, rank, how)
-            if view is not None and rank == 0:  # as program mode logs its script's writes
+            # As program mode logs its script's writes; a runner that returns its own
+            # artifacts (an AI Platform package's trial folder) keeps them.
+            if view is not None and rank == 0 and result.artifacts is None:
                 result.artifacts = view.pack()
         result.train_seconds = time.time() - t0
     except runtime.TrialPruned as e:
