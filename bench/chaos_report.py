@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BYO = ROOT / "tests" / "byo"
 sys.path.insert(0, str(ROOT))
 
+from bench.chaos_retries import retry_rows  # noqa: E402
+
 
 def cli(home: Path, *args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     e = {**os.environ, "SWEEPS_HOME": str(home), **(env or {})}
@@ -141,7 +143,7 @@ def node_lost(base: Path) -> tuple:
     return (NODE_LOST, 1, int(ok), lost, left)
 
 
-def merge_row(path: str, row: tuple) -> None:
+def merge_row(path: str, row: tuple, only: str = "node-lost") -> None:
     """Replace (or add) one fault's row in the chaos table already written to `path`."""
     import re
 
@@ -149,32 +151,35 @@ def merge_row(path: str, row: tuple) -> None:
 
     body = Path(path).read_text()
     m = re.search(r"<!-- chaos_report:start -->\n(.*?)\n<!-- chaos_report:end -->", body, re.S)
-    table = [ln for ln in m.group(1).splitlines() if not ln.startswith((f"| {row[0]} |", "Row "))]
+    note = f'Row "{row[0]}"'
+    table = [ln for ln in m.group(1).splitlines() if not ln.startswith((f"| {row[0]} |", note))]
     while table and not table[-1]:
         table.pop()
     table.append("| " + " | ".join(str(x) for x in row) + " |")
-    table += ["", f'Row "{row[0]}" from `--only node-lost`, {time.strftime("%Y-%m-%d")}.']
+    table += ["", f"{note} from `--only {only}`, {time.strftime('%Y-%m-%d')}."]
     write_section(path, "chaos_report", "\n".join(table))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--only", choices=["node-lost"])
+    ap.add_argument("--only", choices=["node-lost", "retries"])
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sweeps-chaos-"))
-    if args.only:
-        row = node_lost(base)
-        print("| " + " | ".join(str(x) for x in row) + " |")
-        if args.out:
-            merge_row(args.out, row)
-        return
-    rows = []
 
     def home(name: str) -> Path:
         h = base / name / "home"
         h.parent.mkdir(parents=True)
         return h
+
+    if args.only:
+        only = [node_lost(base)] if args.only == "node-lost" else retry_rows(home, cli, audit)
+        for row in only:
+            print("| " + " | ".join(str(x) for x in row) + " |")
+            if args.out:
+                merge_row(args.out, row, args.only)
+        return
+    rows = []
 
     # 1. worker SIGKILLed mid-epoch (once per trial): resumed from a checkpoint
     h = home("worker")
@@ -192,6 +197,8 @@ def main() -> None:
     cli(h, "run", str(s), timeout=600)
     lost, left, c = audit(h, "worker")
     rows.append(("worker killed", 3, c.get("COMPLETE", 0), lost, left))
+
+    rows += retry_rows(home, cli, audit)  # a killed worker retried; a trial timed out
 
     # 2. exception in user code, 3. NaN loss
     h = home("error")

@@ -17,6 +17,7 @@ from sweeps.contracts.observers import SweepObserver
 from sweeps.contracts.records import SweepOutcome
 from sweeps.queries import compare, describe, logs, ls, show
 from sweeps.spec import Spec, check_reported, load_spec
+from sweeps.spec.model_pick import check_model_pick
 
 __all__ = ["compare", "logs", "ls", "show"]  # re-exported: the API reads sweeps back too
 
@@ -31,14 +32,19 @@ def validate(spec_path: str | Path, overrides: list[str] | None = None) -> Spec:
 def validate_spec(spec: Spec) -> None:
     """Checks that need more than the schema: condition cycles, optimizer options, price table
     (including a spot price for `resources.preemptible`)."""
-    from sweeps.search import space
+    from sweeps.search import constraints, space
     from sweeps.search.samplers import make_pruner, make_sampler
 
     space.order(spec.search_space)
     check_reported(spec)
+    check_model_pick(spec)
+    constraints.check(spec)
     _check_entrypoint(spec)
     make_sampler(spec)
     make_pruner(spec.pruner)
+    from sweeps.driver import convergence
+
+    convergence.check(spec)  # budget.stop_when: single objective; Optuna's terminator present
     from tracking.costs import check_spec_prices
 
     check_spec_prices(spec)  # every machine type priced; a spot price when preemptible
@@ -88,11 +94,15 @@ def run(
     enqueue: list[dict[str, Any]] | None = None,
     install_signals: bool = True,
     from_process_start: bool = False,
+    allow_partial: bool = False,
 ) -> SweepOutcome:
     """Run (or continue, or join) the sweep; returns its :class:`SweepOutcome`.
-    `from_process_start`: the sweep's timeline counts from this process's start (the CLI)."""
+    `from_process_start`: the sweep's timeline counts from this process's start (the CLI).
+    Under a quota (conf/teams.yaml) a sweep whose worst case may not fit is refused, unless
+    `allow_partial` (`admit`)."""
     from sweeps.driver.assemble import run_sweep
 
+    spec, _ = admit(spec, allow_partial)
     return run_sweep(
         spec,
         callbacks=callbacks,
@@ -106,12 +116,28 @@ def run(
 def stop(name: str, storage_url: str | None = None) -> str:
     """Ask a running driver (any machine sharing the storage) to stop launching trials.
     Returns the sweep's state: a sweep that is not running is left alone."""
+    from sweeps.search import owners
     from sweeps.search.study import load_study
 
     study = load_study(name, paths.storage_url(storage_url))
+    owners.check_control(study, "stop")
     state = describe(study)["state"]
     if state in ("running", "queued"):
         study.set_user_attr(names.STOP_REQUESTED, time.time())
+    return state
+
+
+def pause(name: str, storage_url: str | None = None) -> str:
+    """Ask a running sweep's drivers to park its running trials at their next checkpoint and
+    end `paused`; `resume` continues them. Returns the sweep's state (only `running` is asked)."""
+    from sweeps.search import owners
+    from sweeps.search.study import load_study
+
+    study = load_study(name, paths.storage_url(storage_url))
+    owners.check_control(study, "pause")
+    state = describe(study)["state"]
+    if state == "running":
+        study.set_user_attr(names.PAUSE_REQUESTED, time.time())
     return state
 
 
@@ -130,11 +156,31 @@ def down(say: Any = None) -> list[str]:
     return service.down(say=say)
 
 
-def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
-    """Submit the sweep's driver as a Ray Job (`sweeps.jobs.submit`)."""
+def submit(spec: Spec, address: str | None = None, allow_partial: bool = False) -> dict[str, Any]:
+    """Submit the sweep's driver as a Ray Job (`sweeps.jobs.submit`), within the owner's
+    quotas (`admit`)."""
     from sweeps.jobs import submit as _submit
 
+    spec, _ = admit(spec, allow_partial)
     return _submit(spec, address)
+
+
+def usage(
+    storage_url: str | None = None, period: str = "month", team: str | None = None
+) -> dict[str, Any]:
+    """Spend this period by team, user and sweep, against the quotas (`sweeps usage`)."""
+    from sweeps.search import quota
+
+    return quota.usage(paths.storage_url(storage_url), period, team)
+
+
+def admit(spec: Spec, allow_partial: bool = False) -> tuple[Spec, str | None]:
+    """The spec as it may run under its owner's quotas, and a line saying how it was capped:
+    a worst case that may not fit what is left is a SpecError (exit 2), unless
+    `allow_partial`, which stops launching trials once the quota is reached."""
+    from sweeps.search import quota
+
+    return quota.admit(spec, paths.storage_url(spec.storage), allow_partial)
 
 
 def cancel(name: str, storage_url: str | None = None, address: str | None = None) -> str:
@@ -157,17 +203,26 @@ def dumps(doc: Any) -> str:
 
 
 def resume(name: str, storage_url: str | None = None, **kw: Any) -> Any:
-    """Finish the remaining budget of a sweep whose driver died, with the spec it was run with.
+    """Finish the remaining budget of a sweep whose driver died, or that was paused, cancelled
+    or interrupted, with the spec it was run with. Trials a pause parked (or a cancel stopped)
+    continue from their checkpoints with the same params (`recovery.requeue_cancelled`).
 
     Trials the dead driver left RUNNING are failed, re-queued with the same params and their
     MLflow runs closed as KILLED (the driver does that on start for any stale trial).
     """
+    from sweeps.search import owners
     from sweeps.search.study import load_study
     from sweeps.spec import spec_from_dict
 
     url = paths.storage_url(storage_url)
     study = load_study(name, url)
-    text = study.user_attrs.get(names.SPEC)
+    owners.check_control(study, "resume")
+    return run(spec_from_dict(_stored_spec(study, storage_url)), **kw)
+
+
+def _stored_spec(study: Any, storage_url: str | None) -> dict[str, Any]:
+    """The spec a sweep was run with, as stored on its study."""
+    name, text = study.study_name, study.user_attrs.get(names.SPEC)
     if not text:
         raise SpecError(f"sweep '{name}' has no stored spec; run it again with `sweeps run SPEC`")
     import yaml
@@ -180,7 +235,35 @@ def resume(name: str, storage_url: str | None = None, **kw: Any) -> Any:
         )
     if storage_url:
         raw["storage"] = storage_url
-    return run(spec_from_dict(raw), **kw)
+    return raw
+
+
+def extend(
+    name: str,
+    *,
+    epochs: int,
+    top: int | None = None,
+    trials: list[int] | None = None,
+    storage_url: str | None = None,
+    **kw: Any,
+) -> Any:
+    """Train the `top` best (or the named) finished trials `epochs` more epochs from their last
+    checkpoints, as new trials linked to them (`sweeps.driver.extend`); returns the outcome."""
+    from sweeps.driver import extend as ext
+    from sweeps.search import owners
+    from sweeps.search.study import load_study
+    from sweeps.spec import spec_from_dict
+
+    ext.check_args(top, trials, epochs)
+    study = load_study(name, paths.storage_url(storage_url))
+    owners.check_control(study, "extend")
+    ext.check_state(name, describe(study)["state"])
+    text = study.user_attrs.get(names.SPEC)
+    raw, _ = ext.prepare(study, _stored_spec(study, storage_url), top, trials, epochs)
+    try:
+        return run(spec_from_dict(raw), **kw)
+    finally:
+        study.set_user_attr(names.SPEC, text)  # the sweep's own spec, not its extensions'
 
 
 def _uris(name: str, storage_url: str | None, tracking_uri: str | None) -> tuple[str, str]:
@@ -248,8 +331,17 @@ def promote(
     select: str | None = None,
     storage_url: str | None = None,
     tracking_uri: str | None = None,
+    alpha: float = 0.05,
+    min_effect: float = 0.0,
 ) -> dict[str, Any]:
-    """Register the sweep's best (or chosen) trial's model; move `alias` per the gate."""
+    """Register the sweep's best (or chosen) trial's model; move `alias` per the gate (with
+    replicates on both sides: Welch's t-test, p < `alpha`, gain > `min_effect`)."""
+    if not 0 < alpha < 1:
+        raise SpecError(f"--alpha: must be between 0 and 1 (exclusive), got {alpha:g}")
+    if min_effect < 0:
+        raise SpecError(
+            f"--min-effect: must be 0 or more (a gain in the metric), got {min_effect:g}"
+        )
     from sweeps.search.select import pick_trial
     from sweeps.search.study import load_study
     from tracking.registry import promote as _promote
@@ -258,7 +350,15 @@ def promote(
     study = load_study(sweep, s)
     chosen = pick_trial(study, trial, select)
     return _promote(
-        study, chosen, model, tracking_uri=t, alias=alias, if_better=if_better, metric=metric
+        study,
+        chosen,
+        model,
+        tracking_uri=t,
+        alias=alias,
+        if_better=if_better,
+        metric=metric,
+        alpha=alpha,
+        min_effect=min_effect,
     ).to_dict()
 
 

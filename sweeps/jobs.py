@@ -27,9 +27,10 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sweeps.common import names, paths
+from sweeps.common import identity, names, paths
 from sweeps.common.errors import NotFoundError
 from sweeps.service import local as service
+from sweeps.service import sweephost
 
 if TYPE_CHECKING:  # not imported at run time: the job's supervisor starts the driver sooner
     from sweeps.spec import Spec
@@ -62,6 +63,7 @@ PASS_ENV = (
 
 def _job_env(local: bool, spec: Spec) -> dict[str, str]:
     env = {k: os.environ[k] for k in PASS_ENV if os.environ.get(k)}
+    env[identity.OWNER_ENV] = identity.owner()  # the driver records its submitter as owner
     if local:  # same machine: the driver uses exactly the stores this shell would
         env.update(
             SWEEPS_HOME=str(paths.home()),
@@ -130,10 +132,17 @@ def _submit_here(
     spec: Spec, env: dict[str, str], job_id: str, url: str, auth: dict[str, str]
 ) -> dict[str, Any]:
     """This machine's service, and no user code to ship: the job's folder stays on this disk
-    (SWEEPS_HOME/jobs, owner-only; the job removes it when it ends) and the job is one REST
-    request, so `sweeps submit` neither imports Ray nor uploads a package. A `code_dir` still
-    travels as the job's working dir: Ray unpacks it on any node a lane may land on."""
+    (SWEEPS_HOME/jobs, owner-only; the job removes it when it ends); the service's zygote forks
+    the job (`sweephost`), else it is one REST request: `sweeps submit` neither imports Ray nor
+    uploads a package. A `code_dir` travels as a Ray Job's working dir, to any node."""
     work = _working_dir(spec, env, str(paths.home() / "jobs"))
+    if sweephost.enabled() and sweephost.submit_recorded(  # no Ray Job, no new interpreter
+        ["--dir", work, SPEC_FILE],
+        job_id,
+        env.get("SWEEPS_STORAGE") or "",
+        lambda: _record_submission(spec, env, job_id, sweephost.ADDRESS),
+    ):
+        return {"name": spec.name, "job_id": job_id, "address": sweephost.ADDRESS}
     client = service.RestJobs(url, auth.get("RAY_AUTH_TOKEN_PATH"))
     try:
         _submit_job(
@@ -183,6 +192,7 @@ def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -
     import optuna
 
     from sweeps.common.quietlogs import quiet_optuna
+    from sweeps.search import owners
     from sweeps.search.study import open_study
 
     quiet_optuna()  # "A new study created" is ours to say; its warnings only with -v
@@ -191,6 +201,7 @@ def _record_submission(spec: Spec, env: dict[str, str], job_id: str, url: str) -
     before = {k: study.user_attrs.get(k) for k in keys}
     created = not study.trials and not any(before.values())
     study.set_user_attr(names.SUBMITTED, time.time())
+    owners.record(study)
     study.set_user_attr(names.JOB_ID, job_id)
     study.set_user_attr(names.JOB_ADDRESS, url)
     if before[names.STATE] != "running":
@@ -222,6 +233,9 @@ def driver_logs(
 ) -> Iterator[str]:
     """The driver's job log, whole, then (follow) as it grows until the job ends."""
     job_id, addr, _ = _job_of(name, storage_url, address)
+    if addr == sweephost.ADDRESS:
+        yield from sweephost.logs(job_id, follow)
+        return
     url, auth = service.resolve(addr or None)
     with service.jobs_client(url, auth) as client:
         if not follow:
@@ -248,7 +262,7 @@ def cancel(
     """End the sweep now: its driver cancels running trials (FAIL, runs KILLED), then the job
     is stopped; whatever a dead driver left RUNNING is closed here. Returns the final state."""
     from sweeps.queries import describe
-    from sweeps.search import liveness
+    from sweeps.search import liveness, owners
     from sweeps.search import study as st
 
     url = paths.storage_url(storage_url)
@@ -256,11 +270,14 @@ def cancel(
     with contextlib.suppress(NotFoundError):
         job_id, address_used, _ = _job_of(name, storage_url, address)
     study = st.load_study(name, url)
+    owners.check_control(study, "cancel")
     study.set_user_attr(names.CANCEL_REQUESTED, time.time())
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and liveness.live_drivers(study):
         time.sleep(0.5)
-    if job_id and service.job_status(job_id, address_used or None) in ("PENDING", "RUNNING"):
+    if address_used == sweephost.ADDRESS:
+        sweephost.stop(job_id or "")
+    elif job_id and service.job_status(job_id, address_used or None) in ("PENDING", "RUNNING"):
         with service.jobs_client(*service.resolve(address_used or None)) as client:
             client.stop_job(job_id)
     _close_leftovers(study, url)

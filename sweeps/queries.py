@@ -13,6 +13,8 @@ from typing import Any
 
 from sweeps.common import figures, names, paths
 from sweeps.common.errors import NotFoundError
+from sweeps.search import bulk
+from sweeps.search.constraints import best_feasible, violated
 from sweeps.search.study import run_id_of
 
 
@@ -46,6 +48,12 @@ def _trial_dict(t: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
         "error": t.user_attrs.get(names.ERROR),
         "restarts": t.user_attrs.get(names.RESTARTS, 0),
         "resumed_from_trial": t.user_attrs.get(names.RESUMED_FROM_TRIAL),
+        "infeasible": violated(t),  # the constraints it broke: never the best
+        "attempt": t.user_attrs.get(names.ATTEMPT, 1),
+        "retry_of": t.user_attrs.get(names.RETRY_OF),
+        "extends": t.user_attrs.get(names.EXTENDS),  # `extend`: the trial it continues
+        "failure_cause": t.user_attrs.get(names.FAILURE_CAUSE),
+        "retried": bool(t.user_attrs.get(names.RETRIED)),
     }
 
 
@@ -59,7 +67,9 @@ def _counts(trials: list[Any]) -> dict[str, int]:
 def _best(study: Any, trials: list[Any]) -> dict[str, Any] | None:
     if len(study.directions) != 1 or not any(t.state.name == "COMPLETE" for t in trials):
         return None
-    b = study.best_trial
+    b = best_feasible(trials, study.direction.name == "MAXIMIZE")
+    if b is None:
+        return None
     return {
         "number": b.number,
         "value": b.value,
@@ -94,26 +104,35 @@ def figures_of(attrs: dict[str, Any], trials: list[Any], live: set[str], now: fl
     }
 
 
-def describe(study: Any) -> dict[str, Any]:
-    """One study as the `show --json` document."""
+def _state_of(study: Any, attrs: dict[str, Any], trials: list[Any]) -> tuple[str, set[str]]:
     from sweeps.search.liveness import live_drivers
 
-    trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
     running = any(t.state.name == "RUNNING" for t in trials)
     live = live_drivers(study)
     state = sweep_state(attrs, running, bool(live))
     if state == "queued" and attrs.get(names.JOB_ID):
         state = _queued_job_state(attrs)
+    return state, live
+
+
+def describe(study: Any) -> dict[str, Any]:
+    """One study as the `show --json` document (its trials read in bulk: `search.bulk`)."""
+    trials = bulk.trials(study)
+    attrs = study.user_attrs
+    state, live = _state_of(study, attrs, trials)
     return {
         "name": study.study_name,
         "state": state,
+        "owner": attrs.get(names.OWNER),
+        "team": attrs.get(names.TEAM),
         "stop_reason": attrs.get(names.STOP_REASON),
+        "converged": attrs.get(names.CONVERGED),  # budget.stop_when's evidence, if it ended so
         "objective": attrs.get(names.OBJECTIVE),
         "direction": study.directions[0].name.lower(),
         "best": _best(study, trials),
         "counts": _counts(trials),
         **figures_of(attrs, trials, live, time.time()),
+        "checkpoint_bytes": attrs.get(names.CHECKPOINT_BYTES),
         "trials": [_trial_dict(t, attrs) for t in trials],
         "mlflow_experiment_id": attrs.get(names.MLFLOW_EXPERIMENT_ID),
         "parent_run_id": attrs.get(names.MLFLOW_PARENT_RUN_ID),
@@ -150,13 +169,29 @@ def ls(storage_url: str | None = None) -> list[dict[str, Any]]:
     storage = open_storage(url)
     out = []
     for s in storage.get_all_studies():
-        doc = describe(optuna.load_study(study_name=s.study_name, storage=storage))
-        keep = ("name", "state", "cost_usd", "wall_s", "trial_s")
-        row = {k: doc[k] for k in keep}
-        row["trials"] = doc["counts"]
-        row["best"] = doc["best"]["value"] if doc["best"] else None
-        out.append(row)
+        out.append(_ls_row(optuna.load_study(study_name=s.study_name, storage=storage)))
     return out
+
+
+# The user attrs an `ls` row reads (its cost and trial-time figures); constraints come always.
+_LS_KEYS = ("cost_usd", "duration_s")
+
+
+def _ls_row(study: Any) -> dict[str, Any]:
+    """One `ls` row: what `describe` says of the study, less its trials' own fields."""
+    trials = bulk.trials(study, _LS_KEYS)
+    attrs = study.user_attrs
+    state, live = _state_of(study, attrs, trials)
+    best = _best(study, trials)
+    return {
+        "name": study.study_name,
+        "state": state,
+        "owner": attrs.get(names.OWNER),
+        **figures_of(attrs, trials, live, time.time()),
+        "trials": _counts(trials),
+        "best": best["value"] if best else None,
+        "checkpoint_bytes": attrs.get(names.CHECKPOINT_BYTES),
+    }
 
 
 def compare(a: str, b: str, storage_url: str | None = None) -> dict[str, Any]:

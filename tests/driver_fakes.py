@@ -39,6 +39,8 @@ class Clock:
 
 
 class FakeChannel:
+    shared = False  # a sweep's own broker (True: a service's)
+
     def __init__(self) -> None:
         self.inbox: list[Any] = []
         self.answers: dict[tuple[Any, ...], Any] = {}
@@ -120,6 +122,9 @@ class RecordingTracker:
     def set_tags(self, *a: Any) -> None: ...
 
     def log_text(self, *a: Any) -> None: ...
+
+    def log_run_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self.calls.append(("log_run_metrics", (run_id, dict(metrics))))
 
     def flush(self) -> list[str]:
         return []

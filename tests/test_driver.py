@@ -265,7 +265,12 @@ def test_on_two_cpus_the_second_lane_starts_once_the_work_left_outlasts_a_start(
     assert len(h.lanes) == 1, "4 trials left x 2 s on one lane: 8 s, less than a 10 s start"
     h.clock.t += 1
     h.driver.step(0)
-    assert len(h.lanes) == 2, "4 x 3 s: 12 s of work left, more than a start"
+    # 4 x 3 s outlasts a 10 s start, but the start's 2 processes take a third of the running
+    # trial's CPU meanwhile: 12.7 s with the second lane against 12 s without.
+    assert len(h.lanes) == 1, "4 x 3 s: not enough once the start's CPU is counted"
+    h.clock.t += 1
+    h.driver.step(0)
+    assert len(h.lanes) == 2, "4 x 4 s: 16 s of work left, 14.7 s with a second lane"
     big = _started(cpus=4, budget={"trials": 5, "parallel": 2})
     assert len(big.lanes) == 2, "four CPUs carry two cold starts at once"
 
@@ -322,7 +327,7 @@ def test_a_lane_that_dies_starting_makes_room_for_the_one_waiting():
     assert second.launched and not replacement.launched, "in order, one start at a time"
     h.clock.t += 10
     assert isinstance(h.next(second), Assignment)
-    h.clock.t += 3  # 4 trials left x 3 s: more than a 10 s start
+    h.clock.t += 4  # 4 trials left x 4 s: more than a 10 s start and what it takes meanwhile
     h.driver.step(0)
     assert replacement.launched
 

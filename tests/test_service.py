@@ -263,7 +263,12 @@ def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
     assert not any((svc.home / "jobs").iterdir()), "the ended job removed its folder"
     ls = json.loads(svc.cli("ls", "--json").stdout)
     assert {r["name"]: r["state"] for r in ls}["qs-svc"] == "finished", "ls and show agree"
-    # Credentials and store settings travel in a file the job deletes, not in its metadata.
+    # Hosted by the service's resident sweep host, not a Ray Job; credentials and store
+    # settings travel in a file the job deletes, and its record holds no more than the log.
+    assert sub["address"] == "local-sweep-host"
+    rec = svc.home / "service" / "sweeps" / sub["job_id"]
+    assert sorted(p.name for p in rec.iterdir()) == ["driver.log", "exit", "pid"]
+    assert (rec / "exit").read_text() == "0" and rec.stat().st_mode & 0o077 == 0
     listed = subprocess.run(
         [
             str(Path(sys.executable).parent / "ray"),
@@ -277,9 +282,7 @@ def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
         text=True,
         timeout=60,
     ).stdout
-    assert sub["job_id"] in listed, listed[-2000:]
-    assert not {"optuna.db", "mlflow.db", "SWEEPS_STORAGE"} & set(listed.replace("'", " ").split())
-    assert "optuna.db" not in listed and "SWEEPS_STORAGE" not in listed
+    assert sub["job_id"] not in listed, "no Ray Job: " + listed[-2000:]
 
 
 def _byo_spec(path: Path, name: str, trials: int, epochs: int = 1, sleep: float = 0.0) -> str:
@@ -355,6 +358,35 @@ def test_a_sweep_with_its_own_code_runs_it_not_the_code_of_the_job_before(svc, t
     doc = svc.wait("own-code", ("finished", "failed"))
     assert doc["state"] == "finished", svc.cli("logs", "own-code", "--driver", check=False).stdout
     assert doc["best"]["value"] == 0.25
+
+
+def test_a_sweep_the_service_hosts_is_cancelled_and_its_supervisor_ends(svc, monkeypatch):
+    """The resident path (issue 30): `submit` forks the sweep from the service's zygote; its
+    driver log, status and `cancel` work as they did for a Ray Job."""
+    monkeypatch.setenv("SWEEPS_HOME", str(svc.home))  # where job_status finds its record
+    quickstart = str(ROOT / "conf" / "quickstart.yaml")  # no code to ship: the resident path
+    long = ["--trials", "20", "--set", "trainer.epochs=2000", "--set", "pruner.name=none"]
+    sub = json.loads(svc.cli("submit", quickstart, "--name", "hosted", *long, "--json").stdout)
+    assert sub["address"] == "local-sweep-host"
+    end = time.time() + 300
+    while not api.show("hosted", svc.storage)["counts"].get("RUNNING"):
+        assert time.time() < end, "the sweep never ran a trial"
+        time.sleep(0.5)
+    assert service.job_status(sub["job_id"], sub["address"]) == "RUNNING"
+    pid = int((svc.home / "service" / "sweeps" / sub["job_id"] / "pid").read_text())
+    with open(f"/proc/{pid}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    record = json.loads((svc.home / "service" / "service.json").read_text())
+    assert ppid == record["zygote_pid"], "forked by the service's zygote: no new interpreter"
+    r = svc.cli("cancel", "hosted", timeout=180)
+    assert "cancelled" in r.stdout
+    doc = api.show("hosted", svc.storage)
+    assert doc["state"] == "cancelled" and not doc["counts"].get("RUNNING"), doc
+    deadline = time.time() + 30
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.2)
+    assert service.job_status(sub["job_id"], sub["address"]) == "STOPPED"
+    assert "hosted: cancelled" in svc.cli("logs", "hosted", "--driver", "-f").stdout
 
 
 def test_a_client_that_is_no_ray_node_submits_shows_follows_and_cancels(svc, tmp_path):

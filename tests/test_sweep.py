@@ -35,6 +35,8 @@ def digits_sweep(ray_cluster, tmp_path_factory):
             "trainer.epochs=8",
             "pruner.options.n_startup_trials=2",
             "pruner.options.n_warmup_steps=2",
+            # The last epoch's weights, as before issue 32 (tests/test_best_model.py: `best`).
+            "tracking.model=last",
         ],
     )
     good = {"lr": 0.01, "hidden": 128, "dropout": 0.1, "batch_size": 32}

@@ -93,3 +93,62 @@ def test_a_driver_dies_with_its_supervisor(zygote, tmp_path):
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{pid}"), "the driver outlived its supervisor"
+
+
+def _zygote_at(sock: Path) -> subprocess.Popen:
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.service.zygote", str(sock)], env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert proc.poll() is None, "the zygote exited"
+        assert time.monotonic() < deadline, "the zygote never listened"
+        time.sleep(0.1)
+    return proc
+
+
+def _until(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_hosted_sweep_outlives_its_submitter_logs_to_its_record_and_stops(tmp_path, monkeypatch):
+    """The resident sweep host (`sweeps.service.sweephost`, issue 30): a fork of the zygote
+    that does not die with the process that asked, writes to its record's log, and reports its
+    status and exit code as Ray Jobs would; `stop` ends it."""
+    from sweeps.service import sweephost
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SWEEPS_HOME", str(home))
+    # A Ray address nobody answers (the hosted driver has the zygote's env, as on a service):
+    # a driver that gets that far waits in ray.init until it is stopped.
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
+    proc = _zygote_at(home / "service" / "zygote.sock")
+    try:
+        job = tmp_path / "job"
+        job.mkdir()
+        (job / "bad.yaml").write_text("name: z\ntrainer: {epochs: -3}\n")
+        monkeypatch.chdir(job)
+        assert sweephost.submit(["--drive", "bad.yaml"], "job-bad")
+        rec = sweephost.record_dir("job-bad")
+        _until(lambda: sweephost.status("job-bad") == "FAILED")
+        assert (rec / "exit").read_text() == "1"
+        assert "trainer.epochs" in "".join(sweephost.logs("job-bad", follow=True))
+
+        (job / "spec.yaml").write_text((ROOT / "conf" / "quickstart.yaml").read_text())
+        assert sweephost.submit(["--drive", "spec.yaml"], "job-wait")
+        _until(lambda: sweephost.status("job-wait") == "RUNNING")
+        pid = int((sweephost.record_dir("job-wait") / "pid").read_text())
+        with open(f"/proc/{pid}/stat") as f:
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) == proc.pid, "forked"
+        assert sweephost.stop("job-wait")
+        _until(lambda: sweephost.status("job-wait") == "STOPPED")
+        assert not sweephost.stop("job-wait"), "nothing left to stop"
+        assert sweephost.status("never-submitted") is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

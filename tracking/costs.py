@@ -227,7 +227,7 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
     said so in `worst_case_basis`), times `budget.trials`, capped by `max_cost_usd` plus the
     `parallel` trials that may be running when it is crossed; else unknown (None).
     """
-    r, b = spec.resources, spec.budget
+    r = spec.resources
     names = _machine_names(spec)
     searched = any(
         k in spec.search_space
@@ -253,6 +253,25 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
     assert best is not None
     per_hour, n_machines, price, dearest = best
 
+    worst, basis, hours = _worst_case(spec, per_hour)
+    return {
+        "machine_type": names if "resources.machine_type" in spec.search_space else names[0],
+        "price": "spot" if r.preemptible else "on-demand",
+        "spot": bool(r.preemptible),
+        "price_per_machine_hour_usd": price,
+        "machines_per_trial": n_machines,
+        "cost_per_hour_usd": per_hour,
+        "searched_resources": searched,
+        "dearest_machine_type": dearest,
+        "trial_hours_bound": hours,
+        "worst_case_cost_usd": worst,
+        "worst_case_basis": basis,
+    }
+
+
+def _worst_case(spec: Spec, per_hour: float) -> tuple[float | None, str, float | None]:
+    """The budget's worst-case cost, what it rests on, and the bound on a trial's hours."""
+    b = spec.budget
     hours = b.timeout_s / 3600.0 if b.timeout_s else None
     worst: float | None = None
     if b.max_cost_usd is not None and b.hard:
@@ -261,6 +280,25 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
             f"budget.max_cost_usd ${b.max_cost_usd:g} with hard: true (running trials are "
             "cancelled once spend crosses it)"
         )
+    elif b.trial_timeout_s is not None:
+        # Each attempt ends at its first report past the limit; retries add attempts.
+        hours = b.trial_timeout_s / 3600.0
+        attempts = b.trials * (1 + spec.retries.max)
+        worst = attempts * per_hour * hours
+        basis = (
+            f"{plural(attempts, 'trial attempt')} × ${per_hour:.4g}/h × {hours:.4g} h: "
+            f"budget.trial_timeout_s {b.trial_timeout_s:g} s each, retries.max "
+            f"{spec.retries.max}; assuming each attempt reports again soon after its limit, "
+            "where it ends"
+        )
+        if b.max_cost_usd is not None:
+            capped = b.max_cost_usd + min(b.parallel, b.trials) * per_hour * hours
+            if capped < worst:
+                worst = capped
+                basis += (
+                    f"; capped by budget.max_cost_usd ${b.max_cost_usd:g} plus the "
+                    f"{min(b.parallel, b.trials)} trial(s) that may be running when it is crossed"
+                )
     elif hours is not None:
         worst = b.trials * per_hour * hours
         basis = (
@@ -278,22 +316,10 @@ def spec_cost_facts(spec: Spec) -> dict[str, Any]:
                 )
     else:
         basis = (
-            "unknown: no bound on a trial's duration (set budget.timeout_s, or "
-            "budget.max_cost_usd with hard: true)"
+            "unknown: no bound on a trial's duration (set budget.trial_timeout_s, "
+            "budget.timeout_s, or budget.max_cost_usd with hard: true)"
         )
-    return {
-        "machine_type": names if "resources.machine_type" in spec.search_space else names[0],
-        "price": "spot" if r.preemptible else "on-demand",
-        "spot": bool(r.preemptible),
-        "price_per_machine_hour_usd": price,
-        "machines_per_trial": n_machines,
-        "cost_per_hour_usd": per_hour,
-        "searched_resources": searched,
-        "dearest_machine_type": dearest,
-        "trial_hours_bound": hours,
-        "worst_case_cost_usd": worst,
-        "worst_case_basis": basis,
-    }
+    return worst, basis, hours
 
 
 def cost_line(facts: dict[str, Any]) -> str:

@@ -19,7 +19,16 @@ from typing import Any
 from sweeps.common import names
 from sweeps.common.errors import NotFoundError, ServiceError, SpecError, one_line
 from tracking.aliases import add_decision, decisions, history, place_aliases
-from tracking.model_log import FORMAT_TAG, OUTPUTS
+from tracking.model_log import (
+    FORMAT_TAG,
+    OUTPUTS,
+    has_outputs,
+    input_scaling_of,
+    logged_model_of,
+    model_value,
+)
+from tracking.promote_checks import GateAsk, judge, score_test
+from tracking.significance import ALPHA
 
 
 @dataclass
@@ -38,6 +47,8 @@ class Promotion:
     previous_value: float | None
     dataset_digest: str | None
     existing: bool = False  # the trial already had this version: nothing was registered
+    gate: dict[str, Any] | None = None  # the significance gate's verdict (tracking/significance)
+    test: dict[str, Any] | None = None  # the locked test split's scores, digest, or why none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,9 +105,12 @@ def promote(
     alias: str = "champion",
     if_better: bool = False,
     metric: str | None = None,
+    alpha: float = ALPHA,
+    min_effect: float = 0.0,
 ) -> Promotion:
     """Register trial `t` of `study` (an Optuna study and one of its finished trials, chosen by
-    the caller) as a new version of `model`, and move `alias` per the gate."""
+    the caller) as a new version of `model`, and move `alias` per the gate: with replicates on
+    both sides, Welch's t-test at `alpha` (and `min_effect`); else the single values."""
     sweep = study.study_name
     metric = metric or study.user_attrs.get(names.OBJECTIVE) or "objective"
     direction = study.directions[0].name.lower() if len(study.directions) == 1 else "maximize"
@@ -106,8 +120,10 @@ def promote(
     client = _client(tracking_uri)
     run, value = _run_and_value(client, run_id, metric, t.number)
     digest = run.data.tags.get(names.DATASET_DIGEST)
-    logged = _logged_model(client, run)
-    files = logged is None and _has_outputs(client, run_id)  # a program-mode trial's files
+    logged = logged_model_of(client, run)
+    own = model_value(logged, metric)  # a best-epoch model's own value, not the last epoch's
+    value = value if own is None else own
+    files = logged is None and has_outputs(client, run_id)  # a program-mode trial's files
     remote = None if logged is not None or files else job_dir_model(run)  # AI Platform's
     if logged is None and not files and not remote:
         why = run.data.tags.get(names.MODEL_ERROR) or "its training code returned none"
@@ -115,6 +131,11 @@ def promote(
 
     holder_version, holder_value, holder_digest = _holder(client, model, alias, metric, if_better)
     move, reason = decide(value, holder_value, direction, holder_digest == digest, if_better)
+    objective = metric == (study.user_attrs.get(names.OBJECTIVE) or "objective")
+    ask = GateAsk(if_better and holder_digest == digest, objective, alpha, min_effect, direction)
+    verdict, gate_tags = judge(client, run, model, (holder_version, holder_value), value, ask)
+    if verdict is not None:
+        move, reason = verdict.better, verdict.reason
     if holder_version is not None and holder_value is None and if_better:
         move, reason = False, f"kept: the holder (v{holder_version}) has no recorded {metric}"
     existing = _version_of_run(client, model, run_id)
@@ -124,6 +145,7 @@ def promote(
         reason = f"trial {t.number} already registered as v{existing}; {reason}"
 
     tags = _version_tags(run, run_id, t, sweep, metric, direction, value, digest, bool(files))
+    tags.update(gate_tags)
     version = _register_and_move(
         client, model, alias, logged, run_id, tags, existing, move, holder_version, reason, remote
     )
@@ -142,6 +164,10 @@ def promote(
         previous_value=holder_value,
         dataset_digest=digest,
         existing=existing is not None,
+        gate=None if verdict is None else verdict.to_dict(),
+        test=None
+        if existing
+        else score_test(client, study, t, model, version, files, tracking_uri),
     )
     parent = study.user_attrs.get(names.MLFLOW_PARENT_RUN_ID)
     if parent:
@@ -205,7 +231,7 @@ def _version_tags(
         names.COST_USD: str(t.user_attrs.get("cost_usd", "")),
         names.RUN_ID: run_id,
     }
-    scaling = _input_scaling(run)
+    scaling = input_scaling_of(run)
     if scaling is not None:
         tags[names.INPUT_SCALING] = json.dumps(scaling)
     # How the model was saved: pickle means loading it runs its code; files are not loadable.
@@ -260,13 +286,6 @@ def job_dir_model(run: Any) -> str | None:
     return f"{uri}model/" if any(f.startswith("model/") for f in listing["files"]) else uri
 
 
-def _has_outputs(client: Any, run_id: str) -> bool:
-    try:
-        return bool(client.list_artifacts(run_id, OUTPUTS))
-    except Exception:
-        return False
-
-
 def _register(
     client: Any, model: str, logged: Any, run_id: str, tags: dict[str, str], remote: str | None
 ) -> str:
@@ -295,31 +314,6 @@ def _version_of_run(client: Any, model: str, run_id: str) -> str | None:
         return None  # no such registered model yet
     versions = sorted(int(mv.version) for mv in found)
     return str(versions[0]) if versions else None
-
-
-def _input_scaling(run: Any) -> dict[str, Any] | None:
-    """Built-in dataset of a trial (its logged validation dataset), and how its pixels were
-    scaled; None for user code, whose scaling we cannot know."""
-    from trainer.data import DATASETS, input_scaling
-
-    for inp in run.inputs.dataset_inputs if run.inputs else []:
-        name = inp.dataset.name.rsplit("-", 1)[0]
-        if name in DATASETS:
-            return input_scaling(name)
-    return None
-
-
-def _logged_model(client: Any, run: Any) -> Any:
-    """MLflow 3 keeps models as LoggedModels linked to their source run: the newest one."""
-    try:
-        found = client.search_logged_models(
-            experiment_ids=[run.info.experiment_id],
-            filter_string=f"source_run_id = '{run.info.run_id}'",
-        )
-    except Exception:
-        return None
-    found = sorted(found, key=lambda m: m.creation_timestamp or 0)
-    return found[-1] if found else None
 
 
 def _wait_ready(client: Any, model: str, version: str, timeout: float = 60) -> None:

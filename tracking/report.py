@@ -14,6 +14,7 @@ from typing import Any
 
 from sweeps.common import names
 from sweeps.common.words import plural
+from tracking import replicates
 
 NOTE_TAG = "mlflow.note.content"
 
@@ -34,6 +35,11 @@ def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
         notes.insert(0, {"trial": None, "text": parent.data.tags[NOTE_TAG]})
     done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
     done.sort(key=lambda r: r["value"], reverse=maximize)
+    best = next((r for r in done if not r["infeasible"]), None)  # best feasible
+    reps = replicates.collect(attrs, maximize)
+    by_mean = [r for r in done if reps and r["number"] == reps[0]["number"]]
+    if by_mean and reps[0].get("mean") is not None:  # replicated: the best mean wins
+        best = {**by_mean[0], "replicates": reps[0]}
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
@@ -49,9 +55,11 @@ def collect(study: Any, tracking_uri: str) -> dict[str, Any]:
         "parent_run_id": parent_id,
         "experiment_id": attrs.get(names.MLFLOW_EXPERIMENT_ID),
         "stop_reason": parent.data.tags.get(names.STOP_REASON) if parent else None,
+        "converged": parent.data.tags.get(names.CONVERGED) if parent else None,
         "counts": counts,
         "top": done[:10],
-        "best": done[0] if done else None,
+        "best": best,
+        "replicates": reps,
         "dataset": dataset,
         "resources": resources,
         "cost_usd": sum(r["cost_usd"] or 0 for r in rows),
@@ -99,6 +107,8 @@ def _trial_row(t: Any, attrs: dict[str, Any]) -> dict[str, Any]:
         "error": t.user_attrs.get(names.ERROR),
         "restarts": t.user_attrs.get(names.RESTARTS, 0),
         "run_id": t.user_attrs.get("mlflow_run_id") or attrs.get(names.run_of_trial(t.number)),
+        # The outcome constraints it broke (Optuna's `FrozenTrial.constraints`, > 0 = broken).
+        "infeasible": [k for k, v in t.constraints.items() if v > 0],
     }
 
 
@@ -218,6 +228,8 @@ def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None =
     out.append("- Trials: " + ", ".join(f"{k.lower()} {v}" for k, v in sorted(d["counts"].items())))
     if d["stop_reason"]:
         out.append(f"- Stopped because: {d['stop_reason']}")
+    if d.get("converged"):  # budget.stop_when's evidence, as JSON
+        out.append(f"- Convergence evidence: `{d['converged']}`")
     out += [
         "",
         "## Top trials",
@@ -227,14 +239,21 @@ def render_markdown(d: dict[str, Any], plots: dict[str, dict[str, str]] | None =
     ]
     for t in d["top"]:
         params = ", ".join(f"{k}={_f(v)}" for k, v in t["params"].items())
+        mark = f" (infeasible: {'; '.join(t['infeasible'])})" if t.get("infeasible") else ""
         out.append(
-            f"| {t['number']} | {_f(t['value'])} | {_f(t['duration_s'], 3)} | "
+            f"| {t['number']}{mark} | {_f(t['value'])} | {_f(t['duration_s'], 3)} | "
             f"{_f(t['cost_usd'], 3)} | {params} |"
         )
+    out += replicates.render(d.get("replicates") or [], d["objective"])
     out += ["", "## Best params", ""]
-    if d["best"]:
+    if d["best"] and d["best"].get("replicates"):
+        mean = replicates.interval_text(d["best"]["replicates"])
+        out.append(f"Trial {d['best']['number']}, {d['objective']} mean of replicates = {mean}:")
+    elif d["best"]:
         out.append(f"Trial {d['best']['number']}, {d['objective']} = {_f(d['best']['value'])}:")
         out += ["", "```json", json.dumps(d["best"]["params"], indent=2), "```"]
+    elif d["top"]:
+        out.append("No feasible trial: every completed trial broke a constraint.")
     else:
         out.append("No completed trial.")
     out += ["", "## Notes: problems and solutions", ""]

@@ -25,6 +25,7 @@ EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_develop
 SWEEP_STATUS = {
     "finished": "FINISHED",
     "stopped": "FINISHED",
+    "paused": "KILLED",  # MLflow has no paused status; the state tag says paused
     "interrupted": "KILLED",
     "cancelled": "KILLED",
 }
@@ -48,6 +49,7 @@ def sweep_info(ctx: SweepContext) -> dict[str, Any]:
             names.ROLE: "sweep",
             names.STUDY: ctx.study_name,
             names.STORAGE: mask_url(ctx.storage_url),
+            **({names.OWNER: ctx.owner, names.TEAM: ctx.team} if ctx.owner else {}),
             **code_tags(spec.trainer.code_dir),
         },
         "params": sweep_params(spec),

@@ -22,6 +22,7 @@ from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
 from tracking import mlflow_compat, model_log
 from tracking.batches import Batch, TrialBatches
 from tracking.mlflow_compat import PARENT_RUN_TAG
+from tracking.replicates import replicate_run
 from tracking.sweep_run import SweepRun
 from tracking.writer import NotReady, OrderedWriter
 
@@ -149,6 +150,11 @@ class MLflowTracker(SweepRun):
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self._submit("log_text", run_id, text, artifact_file)
 
+    def log_run_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        now = int(time.time() * 1000)
+        items = [(k, v, now, 0) for k, v in metrics.items()]
+        self._submit(self._plain_batch, run_id, metrics=items)
+
     # ----- trials ---------------------------------------------------------------------------
     def start_trial(self, ctx: SweepContext, t: TrialRecord) -> None:
         tags = {
@@ -162,9 +168,13 @@ class MLflowTracker(SweepRun):
         }
         if t.requeued_from is not None:
             tags[names.REQUEUED_FROM] = str(t.requeued_from)
+        if t.retry_of is not None:  # attempt 2, ...: its params failed before
+            tags[names.ATTEMPT], tags[names.RETRY_OF] = str(t.attempt), str(t.retry_of)
         if t.resumed_from_trial is not None:
             tags[names.RESUMED_FROM_TRIAL] = str(t.resumed_from_trial)
             tags[names.RESUMED_FROM_CHECKPOINT] = str(t.resume_from)
+        if t.extends is not None:  # `extend`: the run whose curve this one continues
+            tags[names.EXTENDS], tags[names.EXTENDS_RUN] = str(t.extends), str(t.extends_run)
         params: dict[str, Any] = dict(redact_mapping(t.params, "params"))
         for key in ("workers", "cpus_per_worker", "gpus_per_worker", "machine_type", "preemptible"):
             params[f"resources.{key}"] = getattr(t, key)
@@ -174,11 +184,22 @@ class MLflowTracker(SweepRun):
         for k, v in redact_mapping(fixed, "trainer").items():
             params[f"fixed.{k}"] = v
         name = f"{ctx.spec.name}-trial-{t.number:04d}"
+        if t.replicate is not None:  # a rerun of a trial's params, nested under its run
+            tags, name = replicate_run(tags, ctx.spec.name, t.replicate)
         params = {k: str(v)[:6000] for k, v in params.items() if v is not None}
-        self._op("_w_start", t.trial_id, ctx.experiment_id, name, tags, params)
+        # The run starts when the trial did (its assignment), not when the writer process,
+        # importing MLflow at a sweep's start, gets to it (~10 s later on a busy 2-CPU host).
+        start_ms = int(t.assigned_at * 1000) if t.assigned_at > 1e9 else None
+        self._op("_w_start", t.trial_id, ctx.experiment_id, name, tags, params, start_ms)
 
     def _w_start(
-        self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str], params: Any
+        self,
+        trial_id: int,
+        experiment_id: str,
+        name: str,
+        tags: dict[str, str],
+        params: Any,
+        start_ms: int | None = None,
     ) -> None:
         # The driver may not know the parent run's ids yet: this side made the parent run.
         experiment_id = experiment_id or self._experiment()
@@ -187,7 +208,7 @@ class MLflowTracker(SweepRun):
         tags = {k: v for k, v in tags.items() if v is not None}
         self._batches.add(trial_id, params=params)
         self._started_params[trial_id] = set(params)
-        self.writer.submit(self._create_run, trial_id, experiment_id, name, tags)
+        self.writer.submit(self._create_run, trial_id, experiment_id, name, tags, start_ms)
 
     def _experiment(self) -> str:
         return self._sweep[0] if self._sweep is not None else ""
@@ -207,12 +228,20 @@ class MLflowTracker(SweepRun):
         self.writer.submit(self._finish_trial, t, end, experiment_id)
 
     def _create_run(
-        self, trial_id: int, experiment_id: str, name: str, tags: dict[str, str]
+        self,
+        trial_id: int,
+        experiment_id: str,
+        name: str,
+        tags: dict[str, str],
+        start_ms: int | None = None,
     ) -> None:
         """On the writer thread; later writes about the trial find the run id in `_runs`."""
         run_id = self._runs.get(trial_id)
         if run_id is None:  # a retry after a create that went through must not make another
-            run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+            run = self.client.create_run(
+                experiment_id, start_time=start_ms, run_name=name, tags=tags
+            )
+            run_id = run.info.run_id
             self._runs[trial_id] = run_id
             self._created.put((trial_id, run_id))
         self._write_batch(trial_id)
@@ -319,6 +348,8 @@ class MLflowTracker(SweepRun):
         tags = {names.STATE: state, names.RESTARTS: str(t.restarts)}
         if t.error:
             tags[names.ERROR] = keep_end(t.error, 5000)
+        if t.failure_cause and not end.killed:
+            tags[names.FAILURE_CAUSE] = t.failure_cause
         if result is not None and result.dataset:
             tags[names.DATASET_DIGEST] = str(result.dataset.get("digest"))
         for k, v in (result.hardware if result else {}).items():

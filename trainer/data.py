@@ -3,6 +3,8 @@
 Nothing is ever downloaded: MNIST-style and CIFAR-10 files are read in their standard on-disk
 formats from a local folder, or from `gs://bucket/prefix` copied once per node into a local
 cache (`trainer.gcs`). The train/validation split is a seeded permutation, recorded in the bundle.
+With a `test_fraction`, the permutation's last rows are a locked test split: never in the
+bundle a trial trains and validates on, read only by `load_test_split` (at promote time).
 """
 
 from __future__ import annotations
@@ -184,37 +186,65 @@ def input_scaling(name: str) -> dict[str, object]:
     }
 
 
+def _arrays(name: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray, str]:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+    if name == "digits":
+        return _digits()
+    root, source = _local_root(name, data_dir)
+    x, y, _ = _cifar10(root) if name == "cifar10" else _mnist(name, root)
+    return x, y, source
+
+
+def split_indices(
+    n: int, seed: int, val_fraction: float, test_fraction: float = 0.0, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pure: (train, validation, test) row indices from one seeded permutation. The test rows
+    are its last and depend only on the seed, `limit` and `test_fraction`; validation takes
+    `val_fraction` of the rest, first. Without a test fraction the split is what it always was."""
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(n, generator=g).numpy()
+    if limit is not None:
+        perm = perm[:limit]
+    n_test = int(round(len(perm) * test_fraction)) if test_fraction else 0
+    test_idx, rest = perm[len(perm) - n_test :], perm[: len(perm) - n_test]
+    n_val = max(1, int(round(len(rest) * val_fraction)))
+    return rest[n_val:], rest[:n_val], test_idx
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def data_key(config: dict[str, object]) -> tuple[object, ...]:
+    """Pure: what a trial config's data is: load_dataset's arguments, in order."""
+    return (
+        config.get("dataset", "digits"),
+        config.get("data_dir"),
+        config.get("val_fraction", 0.2),
+        config.get("split_seed", 0),
+        config.get("limit"),
+        config.get("test_fraction") or 0.0,
+    )
+
+
 def load_dataset(
     name: str,
-    *,
     data_dir: str | None = None,
     val_fraction: float = 0.2,
     seed: int = 0,
     limit: int | None = None,
+    test_fraction: float = 0.0,
 ) -> DatasetBundle:
-    """Load a dataset as float32 tensors with a seeded train/validation split."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
-    if name == "digits":
-        x, y, source = _digits()
-    else:
-        root, source = _local_root(name, data_dir)
-        if name == "cifar10":
-            x, y, _ = _cifar10(root)
-        else:
-            x, y, _ = _mnist(name, root)
-    g = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(len(x), generator=g).numpy()
-    if limit is not None:
-        perm = perm[:limit]
-    n_val = max(1, int(round(len(perm) * val_fraction)))
-    val_idx, train_idx = perm[:n_val], perm[n_val:]
+    """Load a dataset as float32 tensors with a seeded train/validation split (the locked test
+    rows, if any, left out)."""
+    x, y, source = _arrays(name, data_dir)
+    train_idx, val_idx, _ = split_indices(len(x), seed, val_fraction, test_fraction, limit)
     xt, yt = torch.from_numpy(x[train_idx]), torch.from_numpy(y[train_idx])
     xv, yv = torch.from_numpy(x[val_idx]), torch.from_numpy(y[val_idx])
-    h, ht, hv = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
-    for t, part in ((xt, ht), (yt, ht), (xv, hv), (yv, hv)):
-        h.update(t.numpy().tobytes())
-        part.update(t.numpy().tobytes())
     return DatasetBundle(
         name=name,
         x_train=xt,
@@ -224,12 +254,29 @@ def load_dataset(
         num_classes=10,
         input_shape=tuple(x.shape[1:]),
         source=source,
-        digest=h.hexdigest()[:16],
+        digest=_digest(xt, yt, xv, yv),
         split_seed=seed,
         val_fraction=val_fraction,
-        digest_train=ht.hexdigest()[:16],
-        digest_val=hv.hexdigest()[:16],
+        digest_train=_digest(xt, yt),
+        digest_val=_digest(xv, yv),
     )
+
+
+def load_test_split(
+    name: str,
+    data_dir: str | None = None,
+    val_fraction: float = 0.2,
+    seed: int = 0,
+    limit: int | None = None,
+    test_fraction: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The locked test split of `load_dataset` with the same arguments: (x, y, its digest)."""
+    if not test_fraction:
+        raise ValueError("no test split: test_fraction is 0")
+    x, y, _ = _arrays(name, data_dir)
+    _, _, test_idx = split_indices(len(x), seed, val_fraction, test_fraction, limit)
+    xs, ys = torch.from_numpy(x[test_idx]), torch.from_numpy(y[test_idx])
+    return xs, ys, _digest(xs, ys)
 
 
 def augment_cifar(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -22,8 +22,11 @@ from torch import nn
 
 from sweeps.common import names
 from sweeps.worker import runtime
-from trainer.data import DatasetBundle, augment_cifar, load_dataset
+from trainer.best import BestKeeper
+from trainer.data import DatasetBundle, augment_cifar, data_key, load_dataset
 from trainer.models import arch_params, build_model, param_count
+from trainer.shards import check_shards as _check_shards
+from trainer.shards import spread as _spread
 
 _DATA: dict[tuple[Any, ...], DatasetBundle] = {}
 _ON_DEVICE: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
@@ -33,17 +36,9 @@ def dataset(
     config: dict[str, Any], device: torch.device
 ) -> tuple[DatasetBundle, tuple[torch.Tensor, ...]]:
     """Load once per worker process and keep it on the device across the lane's trials."""
-    key = (
-        config.get("dataset", "digits"),
-        config.get("data_dir"),
-        config.get("val_fraction", 0.2),
-        config.get("split_seed", 0),
-        config.get("limit"),
-    )
+    key = data_key(config)  # the locked test rows (data.test_fraction) are never loaded here
     if key not in _DATA:
-        _DATA[key] = load_dataset(
-            key[0], data_dir=key[1], val_fraction=key[2], seed=key[3], limit=key[4]
-        )
+        _DATA[key] = load_dataset(*key)  # type: ignore[arg-type]
         _ON_DEVICE.clear()  # a lane serves one dataset at a time; do not hoard device memory
     b = _DATA[key]
     dkey = (*key, str(device))
@@ -167,6 +162,8 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
     augment = bundle.name == "cifar10" and config.get("augment", True)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
     start = _resume(base, opt, sched, device)
+    best = BestKeeper(ctx.model_metric, ctx.model_direction, rank)  # tracking.model: best
+    best.resume(runtime.get_checkpoint())
 
     metrics: dict[str, float] = {}
     shard_check: dict[str, float] = {}
@@ -202,12 +199,14 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
         )
         if rank == 0:  # the trial's log: what `sweeps logs` shows
             _print_epoch(metrics, epochs)
-        _report_epoch(metrics, model, opt, sched, epoch, rank)
+        best.offer(metrics, base, ctx.step + 1)  # before the report: its checkpoint has it
+        _report_epoch(metrics, model, opt, sched, epoch, rank, best)
 
     out: dict[str, Any] = {**metrics, "param_count": param_count(base)}
     if rank == 0:
         out["dataset"] = _dataset_record(bundle, len(x_tr), len(x_va))
         if ctx.log_model:
+            out["model_checkpoint"] = best.restore(base)  # None: the last weights are the model
             out["model_package"] = _package(base, name, arch, bundle, x_va)
     return out
 
@@ -294,11 +293,13 @@ def _report_epoch(
     sched: torch.optim.lr_scheduler.LRScheduler | None,
     epoch: int,
     rank: int,
+    best: BestKeeper,
 ) -> None:
     """Reports the epoch; rank 0 attaches a checkpoint when one is due."""
     with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as tmp:
         if rank == 0 and runtime.checkpoint_due():
             _save(tmp, model, opt, sched, epoch + 1)
+            best.save(tmp)
         runtime.report(metrics, checkpoint_dir=tmp if rank == 0 else None)
 
 
@@ -339,37 +340,6 @@ def _template_args(bundle: Any, x_val: Any) -> tuple[tuple[int, ...], int, Any, 
     example = x_val[:4].detach().float().cpu().numpy()
     meta = {names.DATASET: bundle.name, names.INPUT_SCALING: input_scaling(bundle.name)}
     return tuple(bundle.input_shape), bundle.num_classes, example, meta
-
-
-def _spread(value: float, world: int, device: torch.device) -> float:
-    """Max minus min of a metric across ranks: 0 when every rank computed the same number."""
-    if world == 1:
-        return 0.0
-    import torch.distributed as dist
-
-    t = torch.tensor([value], device=device, dtype=torch.float64)
-    parts = [torch.empty_like(t) for _ in range(world)]
-    dist.all_gather(parts, t)
-    vals = torch.cat(parts)
-    return float(vals.max() - vals.min())
-
-
-def _check_shards(idx: torch.Tensor, n: int, world: int) -> dict[str, float]:
-    """Gathers every rank's shard indices each epoch to record that they are disjoint and cover
-    the training set (all but the < world tail): cheap evidence that DDP sharding is right."""
-    if world == 1:
-        return {"shard_size": float(len(idx)), "shard_coverage": len(idx) / n, "shard_overlap": 0.0}
-    import torch.distributed as dist
-
-    parts = [torch.empty_like(idx) for _ in range(world)]
-    dist.all_gather(parts, idx.contiguous())
-    allidx = torch.cat(parts)
-    unique = torch.unique(allidx).numel()
-    return {
-        "shard_size": float(len(idx)),
-        "shard_coverage": unique / n,
-        "shard_overlap": float(allidx.numel() - unique),
-    }
 
 
 @torch.no_grad()

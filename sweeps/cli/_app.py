@@ -180,6 +180,12 @@ def _options(
 IMAGE = typer.Option(
     None, "--image", help="resources.image: the trials' workers run in this container image."
 )
+ALLOW_PARTIAL = typer.Option(
+    False,
+    "--allow-partial",
+    help="Under a quota (conf/teams.yaml): run until the quota is reached, where the sweep's "
+    "worst case may not fit what is left.",
+)
 
 
 def cli_overrides(

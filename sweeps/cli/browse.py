@@ -31,6 +31,7 @@ def ls_(
     table = Table(
         "sweep",
         "state",
+        "owner",
         *STATE_WORDS.values(),
         "best",
         "cost $",
@@ -42,6 +43,7 @@ def ls_(
         table.add_row(
             r["name"],
             r["state"],
+            r.get("owner") or "-",
             *(str(t.get(k, 0)) for k in STATE_WORDS),
             fmt(r["best"]),
             fmt(r["cost_usd"]),
@@ -49,6 +51,13 @@ def ls_(
             fmt(r["trial_s"]),
         )
     out.print(table)
+
+
+def _owned(doc: dict) -> str:
+    """`; alice of team vision` for a sweep with an owner on record."""
+    if not doc.get("owner"):
+        return ""
+    return f"; {doc['owner']}" + (f" of team {doc['team']}" if doc.get("team") else "")
 
 
 # A trial state as ls, compare and show's lines name it.
@@ -76,7 +85,7 @@ def show(
         "params",
         "s",
         "mlflow run",
-        title=f"{name} ({doc['state']})",
+        title=f"{name} ({doc['state']}{_owned(doc)})",
     )
     for t in doc["trials"]:
         table.add_row(
@@ -89,12 +98,23 @@ def show(
         )
     out.print(table)
     for t in doc["trials"]:
+        if t.get("retry_of") is not None:  # a retry: which attempt of whose params
+            line = f"#{t['number']} attempt {t['attempt']}, retrying #{t['retry_of']}"
+            out.print(line, highlight=False, markup=False)
         if t.get("error"):
             state = STATE_WORDS.get(t["state"], t["state"].lower())
-            line = f"#{t['number']} {state}: {error_summary(t['error'])}"
+            cause = f" ({t['failure_cause']}; retried)" if t.get("retried") else ""
+            line = f"#{t['number']} {state}{cause}: {error_summary(t['error'])}"
+            out.print(line, highlight=False, markup=False)
+        if t.get("infeasible"):  # broke a constraint: never the best
+            line = f"#{t['number']} infeasible: {'; '.join(t['infeasible'])}"
             out.print(line, highlight=False, markup=False)
     if doc["best"]:
         out.print(f"best: #{doc['best']['number']} = {fmt(doc['best']['value'])}", highlight=False)
+    if doc.get("stop_reason"):  # how it ended: "converged: no improvement ... in the last 5 trials"
+        out.print(f"ended: {doc['stop_reason']}", highlight=False, markup=False, soft_wrap=True)
+    if doc.get("checkpoint_bytes") is not None:  # recorded as trials end (`checkpoints:`)
+        out.print(f"checkpoints: {doc['checkpoint_bytes'] / 1e6:.1f} MB", highlight=False)
 
 
 @app.command()
@@ -109,6 +129,24 @@ def stop(name: str = typer.Argument(...), storage: str | None = STORAGE) -> None
         out.print(f"{name} already finished: nothing to stop", highlight=False)
     else:
         out.print(f"{name} is not running (it is {state}): nothing to stop", highlight=False)
+
+
+@app.command()
+def pause(name: str = typer.Argument(...), storage: str | None = STORAGE) -> None:
+    """Park a running sweep: each running trial ends at its next checkpoint, its lanes are
+    released (kept warm on a service), and the sweep ends `paused`. `sweeps resume NAME`
+    continues every parked trial from its checkpoint, then runs the rest of the budget."""
+    from sweeps import api
+
+    state = api.pause(name, storage)
+    if state != "running":
+        err.print(f"{name} is not running (it is {state}): nothing to pause", highlight=False)
+        raise typer.Exit(2)
+    out.print(
+        f"pause requested for {name}: running trials park at their next checkpoint; "
+        f"sweeps resume {name} continues them",
+        highlight=False,
+    )
 
 
 @app.command()

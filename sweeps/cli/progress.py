@@ -70,6 +70,10 @@ class RichProgress(SweepObserver):
             self._best(end.values[0])
         self._update()
 
+    def on_notice(self, ctx: SweepContext, line: str) -> None:
+        """Above the bar, which stays at the bottom."""
+        self.progress.console.print(f"{ctx.study_name}: {line}", highlight=False, markup=False)
+
     def on_sweep_end(self, ctx: SweepContext, summary: SweepSummary) -> None:
         self._update()
 

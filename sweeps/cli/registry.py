@@ -22,9 +22,12 @@ def promote(
     trial: int | None = typer.Option(None, help="Promote this trial instead of the best."),
     select: str | None = typer.Option(None, help="Rule, e.g. 'val_accuracy max; cost_usd <= 1'."),
     storage: str | None = typer.Option(None, help="Optuna storage URL."),
+    alpha: float = typer.Option(0.05, help="--if-better with replicates: Welch's t-test p < this."),
+    min_effect: float = typer.Option(0.0, help="--if-better: the smallest gain that counts."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Register the best model of a sweep; champion/challenger gate with --if-better."""
+    """Register the best model of a sweep; champion/challenger gate with --if-better (Welch's
+    t-test when both sides have replicates, else the single values, and it says which)."""
     from sweeps import api
 
     p = api.promote(
@@ -36,11 +39,26 @@ def promote(
         trial=trial,
         select=select,
         storage_url=storage,
+        alpha=alpha,
+        min_effect=min_effect,
     )
     if as_json:
         print(api.dumps(p))
         return
     out.print(promotion_line(p, name), highlight=False, soft_wrap=True)
+    test = test_line(p.get("test"))
+    if test:
+        out.print(test, highlight=False, soft_wrap=True)
+
+
+def test_line(test: dict[str, Any] | None) -> str | None:
+    """The locked test split's scores of the new version, or why there are none, in one line."""
+    if not test:
+        return None
+    if "note" in test:
+        return test["note"]
+    scores = ", ".join(f"{k} = {v:.4g}" for k, v in test["metrics"].items())
+    return f"test split ({test['source']}; digest {test['digest']}), scored once: {scores}"
 
 
 def promotion_line(p: dict[str, Any], sweep: str) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import typer
 
 from sweeps.cli._app import (
+    ALLOW_PARTIAL,
     IMAGE,
     app,
     cli_overrides,
@@ -23,11 +24,12 @@ from sweeps.cli.sources import (
     aiplatform_raw,
     aiplatform_spec,
     print_notes,
+    read_enqueue,
     spec_or_wandb,
     wandb_raw,
 )
 from sweeps.common import names
-from sweeps.common.errors import SpecError, one_line
+from sweeps.common.errors import SpecError
 from sweeps.common.words import plural
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ def run_command(
         None, help="With --wandb: the program's folder (default: the config's).", rich_help_panel=WB
     ),
     profile: bool = typer.Option(False, "--profile", help="Print where the time went."),
+    allow_partial: bool = ALLOW_PARTIAL,
 ) -> None:
     """Run a sweep (or continue / join the sweep of that name).
 
@@ -126,20 +129,29 @@ def run_command(
     else:
         s = spec_or_wandb(ctx.args, spec, wandb, code_dir, config, name, overrides)
     api.validate_spec(s)
-    _run_spec(s, enqueue, as_json, profile)
+    _run_spec(s, enqueue, as_json, profile, allow_partial)
 
 
-def _run_spec(s: Spec, enqueue: Path | None, as_json: bool, profile: bool) -> None:
+def _run_spec(
+    s: Spec, enqueue: Path | None, as_json: bool, profile: bool, allow_partial: bool = False
+) -> None:
     """Run a validated spec, with live progress on stderr unless --json, then exit with its code."""
     from sweeps import api
 
-    queued = _read_enqueue(enqueue) if enqueue else None
+    s, capped = api.admit(s, allow_partial)  # a quota it may not fit: exit 2 here
+    if capped:
+        err.print(capped, highlight=False, markup=False, soft_wrap=True)
+    queued = read_enqueue(enqueue) if enqueue else None
     _check_name(s, queued, f"--enqueue {enqueue}")
     json_out = _json_stdout() if as_json else None
     progress = None if as_json else _progress(s)
     try:
         outcome = api.run(
-            s, callbacks=[progress] if progress else None, enqueue=queued, from_process_start=True
+            s,
+            callbacks=[progress] if progress else None,
+            enqueue=queued,
+            from_process_start=True,
+            allow_partial=allow_partial,
         )
     except BaseException:
         if progress:
@@ -299,18 +311,6 @@ def importer_class(kind: str) -> Any:
     return names.load(names.IMPORTERS[kind])
 
 
-def _read_enqueue(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise SpecError(f"--enqueue {path}: {one_line(e, 2000)}") from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise SpecError(f"--enqueue {path}: expected a JSON object or a list of objects")
-    return data
-
-
 def _progress(spec: Any) -> Any:
     from sweeps.cli.progress import RichProgress
 
@@ -347,11 +347,13 @@ def validate(
 ) -> None:
     """Check a spec without running anything; say what a trial and the budget cost."""
     from sweeps import api
+    from sweeps.search.constraints import sampler_note
     from tracking.costs import cost_line, spec_cost_facts
 
     s = load_noting(spec, list(set_), None)
     api.validate_spec(s)
     facts = spec_cost_facts(s)
+    note = sampler_note(s)
     if as_json:
         doc = {
             "name": s.name,
@@ -360,6 +362,8 @@ def validate(
             "parallel": s.budget.parallel,
             "sampler": s.sampler.name,
             "pruner": s.pruner.name,
+            "constraints": list(s.constraints),
+            "constraints_note": note,
             **facts,
         }
         print(json.dumps(doc, indent=2))
@@ -371,6 +375,8 @@ def validate(
         highlight=False,
     )
     out.print(cost_line(facts), highlight=False, soft_wrap=True)
+    if note:
+        out.print(note, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -379,7 +385,8 @@ def resume(
     storage: str | None = typer.Option(None, help="Optuna storage URL (default: embedded)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Finish a sweep whose driver died: stale RUNNING trials are re-queued, budget completed."""
+    """Finish a paused, cancelled or interrupted sweep, or one whose driver died: parked,
+    cancelled and stale RUNNING trials continue from their checkpoints, then the budget."""
     from sweeps import api
 
     json_out = _json_stdout() if as_json else None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sweeps.cli._app import IMAGE, app, cli_overrides, err, load_noting, out
+from sweeps.cli._app import ALLOW_PARTIAL, IMAGE, app, cli_overrides, err, load_noting, out
 
 ADDRESS = typer.Option(
     None, "--address", help="Jobs API of a cluster, http://HOST:8265 (default: `sweeps up`'s)."
@@ -54,6 +54,7 @@ def submit(
     image: str | None = IMAGE,
     address: str | None = ADDRESS,
     as_json: bool = typer.Option(False, "--json", help="Print {name, job_id, address}."),
+    allow_partial: bool = ALLOW_PARTIAL,
 ) -> None:
     """Submit a sweep to the service and return: it goes on when this terminal closes."""
     from sweeps import api
@@ -69,7 +70,10 @@ def submit(
         note = None  # a store only the cluster reaches: its driver opens it there
     if note:
         err.print(note, highlight=False, markup=False, soft_wrap=True)
-    doc = api.submit(s, address=address)
+    s, capped = api.admit(s, allow_partial)  # a quota it may not fit: exit 2 here
+    if capped:
+        err.print(capped, highlight=False, markup=False, soft_wrap=True)
+    doc = api.submit(s, address=address, allow_partial=allow_partial)
     if as_json:
         print(api.dumps(doc))
         return

@@ -4,13 +4,14 @@ approximated go to stderr."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from sweeps.cli._app import err, load_noting
-from sweeps.common.errors import SpecError
+from sweeps.common.errors import SpecError, one_line
 
 if TYPE_CHECKING:
     from sweeps.spec import Spec
@@ -235,3 +236,16 @@ def wandb_raw(
         fallback_name=config.stem,
         code_dir=str(folder.resolve()),
     )
+
+
+def read_enqueue(path: Path) -> list[dict[str, Any]]:
+    """`--enqueue FILE`: a JSON object or a list of them, the params to try first."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"--enqueue {path}: {one_line(e, 2000)}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise SpecError(f"--enqueue {path}: expected a JSON object or a list of objects")
+    return data

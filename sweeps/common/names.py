@@ -13,6 +13,7 @@ from typing import Any
 # --- Optuna study attributes: the sweep's record --------------------------------------------
 STATE = "sweeps.state"  # study: sweep state (running, finished, ...); run: trial state
 STOP_REASON = "sweeps.stop_reason"  # why the sweep ended, one line
+CONVERGED = "sweeps.converged"  # budget.stop_when's evidence (JSON); also a parent run tag
 WALL_S = "sweeps.wall_s"  # seconds from the command's start to the sweep's close, all drivers
 SPEC = "sweeps.spec"  # the validated spec as JSON; also a tag on the parent run
 OBJECTIVE = "sweeps.objective"  # the objective's metric name (single objective)
@@ -20,17 +21,28 @@ OBJECTIVES = "sweeps.objectives"  # the objectives' metric names, in order
 CREATED = "sweeps.created"  # when the study was made (epoch seconds)
 JOB_ID = "sweeps.job_id"  # the Ray Job that runs the driver of a submitted sweep
 JOB_ADDRESS = "sweeps.job_address"  # the Jobs API address that job was submitted to
+SWEEPHOST_ADDRESS = "local-sweep-host"  # JOB_ADDRESS of a sweep the local service forked
 SUBMITTED = "sweeps.submitted"  # when `submit` queued the sweep (epoch seconds)
+OWNER = "sweeps.owner"  # who started the sweep (OS or MLflow user); also a parent run tag
+TEAM = "sweeps.team"  # the owner's team (conf/teams.yaml); also a parent run tag
 JOB_NAME = "sweeps.name"  # the sweep's name in a Ray Job's metadata
 CANCEL_REQUESTED = "sweeps.cancel_requested"  # `cancel` asked; the driver kills its trials
 STOP_REQUESTED = "sweeps.stop_requested"  # `stop` asked; the driver drains
 INTERRUPT_REQUESTED = "sweeps.interrupt_requested"  # `down` asked; cancel, end interrupted
+PAUSE_REQUESTED = "sweeps.pause_requested"  # `pause` asked; trials park at a checkpoint
 MLFLOW_EXPERIMENT_ID = "sweeps.mlflow_experiment_id"  # where the sweep's runs are
 MLFLOW_PARENT_RUN_ID = "sweeps.mlflow_parent_run_id"  # the sweep's parent run
 REQUEUED = "sweeps.requeued"  # how many trials a recovery re-queued (not counted in the budget)
 WARM_COUNT = "sweeps.warm_count"  # how many finished trials a warm start copied in
 DRIVER_PREFIX = "sweeps.driver."  # + driver id: that driver's heartbeat (time, host, pid)
 RUN_OF_TRIAL_PREFIX = "sweeps.run_of_trial."  # + trial number: its MLflow run id
+# + trial number: its replicates (`evaluate`): values, mean, std, n, 95% interval. On the
+# study: Optuna keeps a finished trial read-only, and replicates run after the search.
+REPLICATES_OF_TRIAL_PREFIX = "sweeps.replicates_of_trial."
+# Checkpoint retention (`checkpoints:`): + a trial's number: {"bytes", "kept": [[step, path]]}
+# of an ended trial's checkpoints still kept; and the sweep's total bytes of those.
+CHECKPOINTS_OF_TRIAL_PREFIX = "sweeps.checkpoints_of_trial."
+CHECKPOINT_BYTES = "sweeps.checkpoint_bytes"
 
 # --- Optuna trial attributes ------------------------------------------------------------------
 DRIVER = "sweeps.driver"  # the driver that claimed the trial
@@ -48,6 +60,14 @@ RESUME_CHECKPOINT = "sweeps.resume_checkpoint"  # a re-queued trial: the checkpo
 RESUME_STEP = "sweeps.resume_step"  # a re-queued trial: that checkpoint's step
 RESUMED_FROM_TRIAL = "sweeps.resumed_from_trial"  # the trial it resumed; also a run tag
 WARM_FROM = "sweeps.warm_from"  # a warm-started trial: "sweep#number" it was copied from
+ATTEMPT = "sweeps.attempt"  # which attempt of its params it is (1, 2, ...); also a run tag
+RETRY_OF = "sweeps.retry_of"  # a retry: the number of the trial it retries; also a run tag
+FAILURE_CAUSE = "sweeps.failure_cause"  # why it failed (worker_lost, oom, ...); also a run tag
+RETRIED = "sweeps.retried"  # its failure was retried: not counted against max_failed_trials
+PARKED = "sweeps.parked"  # a pause parked it: the checkpoint step it resumes from; run tag
+EXTENDS = "sweeps.extends"  # `extend`: the finished trial it continues; also a run tag
+EXTENDS_RUN = "sweeps.extends_run"  # `extend`: that trial's MLflow run; also a run tag
+EXTEND_EPOCHS = "sweeps.extend_epochs"  # `extend`: the epochs it trains to (its source's + N)
 
 # --- MLflow run tags --------------------------------------------------------------------------
 ROLE = "sweeps.role"  # "sweep" on the parent run, "trial" on a trial's run
@@ -104,6 +124,19 @@ RUN_ID = "sweeps.run_id"  # version: the trial's MLflow run
 COST_USD = "sweeps.cost_usd"  # version: the trial's cost
 ALIAS_HISTORY_PREFIX = "sweeps.alias_history."  # + alias: the versions it pointed at
 PROMOTION_PREFIX = "sweeps.promotion."  # + "model.vN": the decision, on the parent run
+# promote --if-better's significance gate (tracking/significance.py) and the locked test split
+GATE_TEST = "sweeps.gate_test"  # version: "welch" (t-test on replicates) or "single" (values)
+GATE_P_VALUE = "sweeps.p_value"  # version: the test's one-sided p-value
+GATE_ALPHA = "sweeps.alpha"  # version: the significance level it was held to
+GATE_MIN_EFFECT = "sweeps.min_effect"  # version: the minimum gain asked for, if any
+SAMPLES = "sweeps.samples"  # version: its trial's replicate values (JSON list)
+HOLDER_SAMPLES = "sweeps.holder_samples"  # version: the alias holder's, as compared against
+TEST_METRICS = "sweeps.test_metrics"  # version: its scores on the locked test split (JSON)
+TEST_DIGEST = "sweeps.test_digest"  # version: the test split's digest
+TEST_NOTE = "sweeps.test_note"  # version: why no test split was scored
+REPLICATE_VALUES = "sweeps.replicate_values"  # trial run: its replicates' objective values
+REPLICATE_OF = "sweeps.replicate_of"  # replicate run: the trial number whose params it reruns
+REPLICATE = "sweeps.replicate"  # replicate run: "i/n", which replicate of how many
 
 # --- Keys inside a trial's trainer settings ---------------------------------------------------
 PROGRAM_SETTINGS = "sweeps.program"  # program mode's command and collector
@@ -115,6 +148,7 @@ NOTEBOOK_ENTRYPOINT = "sweeps.notebook:train_function"
 BUILTIN_ENTRYPOINT = "trainer.loop:train"
 JOBS_MODULE = "sweeps.jobs"  # a submitted sweep's driver: python -m, or forked by the zygote
 ZYGOTE_MODULE = "sweeps.service.zygote"  # the service's driver forker: python -m
+SWEEPHOST_MODULE = "sweeps.service.sweephost"  # a hosted sweep's supervisor, in a zygote fork
 # What the zygote imports before it forks a driver.
 DRIVER_WARM_MODULES = ("sweeps.spec", "sweeps.driver.assemble")
 # Entry points that earlier releases stored in specs, and what they are now.
@@ -136,7 +170,7 @@ COLLECTORS = {
 # Search strategies: subclasses of optuna.samplers.BaseSampler; a spec's `sampler.options` are
 # the class's keyword arguments.
 SAMPLERS = {
-    "tpe": "optuna.samplers:TPESampler",
+    "tpe": "sweeps.search.tpe:TPESampler",  # Optuna's, with a bounded history
     "random": "optuna.samplers:RandomSampler",
     "grid": "optuna.samplers:GridSampler",
     "cmaes": "optuna.samplers:CmaEsSampler",
@@ -165,16 +199,24 @@ def run_of_trial(number: int) -> str:
     return f"{RUN_OF_TRIAL_PREFIX}{number}"
 
 
+def replicates_of_trial(number: int) -> str:
+    """Study attribute: the replicate summary of trial `number` (`evaluate`)."""
+    return f"{REPLICATES_OF_TRIAL_PREFIX}{number}"
+
+
 def driver_beat(driver_id: str) -> str:
     """Study attribute: a driver's heartbeat."""
     return f"{DRIVER_PREFIX}{driver_id}"
 
 
 def requested(kind: str) -> str:
-    """Study attribute: a `stop`, `cancel` or `down` (interrupt) request."""
-    return {"stop": STOP_REQUESTED, "cancel": CANCEL_REQUESTED, "interrupt": INTERRUPT_REQUESTED}[
-        kind
-    ]
+    """Study attribute: a `stop`, `cancel`, `pause` or `down` (interrupt) request."""
+    return {
+        "stop": STOP_REQUESTED,
+        "cancel": CANCEL_REQUESTED,
+        "interrupt": INTERRUPT_REQUESTED,
+        "pause": PAUSE_REQUESTED,
+    }[kind]
 
 
 def hw(key: str) -> str:

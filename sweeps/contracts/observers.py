@@ -77,6 +77,9 @@ class Tracker(Protocol):
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None: ...
 
+    def log_run_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Metrics on a run that may have ended (a replicated trial's mean and interval)."""
+
     def flush(self) -> list[str]:
         """Wait for every queued write; returns what could not be written."""
         ...
@@ -100,6 +103,9 @@ class SweepObserver:
     def on_trial_end(self, ctx: SweepContext, t: TrialRecord, end: TrialEnd) -> None: ...
 
     def on_sweep_end(self, ctx: SweepContext, summary: SweepSummary) -> None: ...
+
+    def on_notice(self, ctx: SweepContext, line: str) -> None:
+        """Something the user should see now, in one line ("lane X waiting for 2 CPUs: ...")."""
 
     def close(self) -> None: ...
 
@@ -131,6 +137,11 @@ class ObserverManager:
     def sweep_end(self, ctx: SweepContext, summary: SweepSummary) -> None:
         self._each("on_sweep_end", lambda o: o.on_sweep_end(ctx, summary))
 
+    def notice(self, ctx: SweepContext, line: str) -> None:
+        log.info("%s: %s", ctx.study_name, line)
+        # A user's callback may predate the hook: it is not an error that it has none.
+        self._each("on_notice", lambda o: getattr(o, "on_notice", _no_notice)(ctx, line))
+
     def _each(self, hook: str, call: Callable[[SweepObserver], None]) -> None:
         for ob in self.observers:
             try:
@@ -141,3 +152,7 @@ class ObserverManager:
                     self._warned.add((id(ob), hook))
                     log.warning("observer failed (the sweep goes on): %s", msg)
                 self.errors.append(msg)
+
+
+def _no_notice(ctx: SweepContext, line: str) -> None:
+    """The notice hook of an observer without one."""

@@ -61,6 +61,10 @@ class TrainerSettings:
     checkpoint_min_interval_s: float = 0.0
     log_models: bool = True
     pickle_models: bool = False
+    # tracking.model: best (sweeps/spec/model_pick.py): the metric and direction the built-in
+    # trainer keeps its best epoch's weights by, for the trial's model; None: the last weights.
+    model_metric: str | None = None
+    model_direction: str = "maximize"
     prunes: bool = True  # a report's answer may prune (the sweep has a pruner)
     program: dict[str, Any] | None = None  # program mode (sweeps.worker.program.settings)
     callable: bytes | None = None  # a function handed to sweeps.run, cloudpickled
@@ -148,6 +152,10 @@ class TrialResult:
     model_package: bytes | None = None
     model_format: str = ""
     model_error: str = ""
+    # The report the model's weights are from (tracking.model: best), and its metrics; None:
+    # the weights the trial ended with.
+    model_step: int | None = None
+    model_metrics: dict[str, float] = field(default_factory=dict)
     dataset: dict[str, Any] | None = None
     # A tar.gz of the files rank 0 wrote under the trial dir (program mode).
     artifacts: bytes | None = None

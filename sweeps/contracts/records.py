@@ -42,6 +42,14 @@ class TrialRecord:
     resumed_from_trial: int | None = None
     resume_from: str | None = None  # checkpoint URI this attempt starts from
     checkpoint: str | None = None  # latest persisted checkpoint of this attempt
+    checkpoint_step: int | None = None  # the step that checkpoint was written at
+    attempt: int = 1  # which attempt of these params (a retry is attempt 2, ...)
+    retry_of: int | None = None  # a retry: the number of the trial it retries
+    extends: int | None = None  # `extend`: the finished trial it continues for more epochs
+    extends_run: str | None = None  # that trial's MLflow run
+    failure_cause: str = ""  # why it failed: a cause of sweeps.driver.retries.CAUSES
+    # A replicate (`evaluate`): (the trial number it reruns, i, n); not an Optuna trial.
+    replicate: tuple[int, int, int] | None = None
     trial: Any = None  # the optuna.Trial (ask/tell handle), driver-side only
     shape: Any = None  # the LaneShape this trial needs
 
@@ -69,6 +77,8 @@ class SweepContext:
     requeued: list[int] = field(default_factory=list)
     warm_notes: list[str] = field(default_factory=list)
     study: Any = None  # the optuna.Study, for observers that read it (plots)
+    owner: str = ""  # whose sweep (sweeps/search/owners.py), and the owner's team
+    team: str = ""
 
 
 @dataclass

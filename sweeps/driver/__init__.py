@@ -4,7 +4,9 @@ policies decide the budget, the state machine the sweep's ending, recovery takes
 driver's trials.
 
 Owns: `assemble`, `loop`, `book`, `state`, `policies`, `recovery`, `summary`, `signals`,
-`trial_config`, `trial_logs`.
+`trial_config`, `trial_logs`, and the policies on trials' lives: `convergence` (stop_when),
+`retries`, `pause`, `extend`, `replicates` / `replicate_runs` (evaluate), `retention` /
+`retainer` (checkpoints kept).
 May import: every layer below: `common`, `spec`, `contracts`, `worker`, `trainer`,
 `tracking`, `search`, `service`, `execution`, `importers`.
 """

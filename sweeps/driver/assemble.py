@@ -26,7 +26,8 @@ from sweeps.driver.plan import LanePlan, make_plan
 from sweeps.execution import cluster
 from sweeps.execution.host import ActorLauncher
 from sweeps.execution.lane import LaneConfig, ThreadLauncher
-from sweeps.execution.pool import LanePool, StartPolicy
+from sweeps.execution.placement import RayProbe
+from sweeps.execution.pool import LanePool, StallWatch, StartPolicy
 from sweeps.spec import Spec
 
 
@@ -95,6 +96,7 @@ def start_lanes(
         keep_checkpoints=plan.keep_checkpoints,
         runtime_env=worker_env,
         local_mode=local_mode,
+        start_timeout_s=plan.start_timeout_s,
     )
     key = plan.key
     if local_mode:  # workers in this process's threads: only a driver-side fit() can do that
@@ -104,7 +106,11 @@ def start_lanes(
             conf, cluster.lane_host(shared), channel.owner, key, plan.max_failures
         )
     starts = StartPolicy() if local_mode else StartPolicy(cluster.cpus())
-    pool = LanePool(launcher, spec.name, plan.shape, plan.recycle, starts=starts)
+    probe = None if local_mode else RayProbe(channel.idle_lanes)
+    watch = StallWatch.for_bound(plan.start_timeout_s)
+    pool = LanePool(
+        launcher, spec.name, plan.shape, plan.recycle, starts=starts, probe=probe, watch=watch
+    )
     want = 0 if spent() else plan.want
     for lane_id in channel.claim(key, want):
         pool.adopt(lane_id)
@@ -131,6 +137,7 @@ def run_sweep(
     spec's trainer. `define_by_run`: the driver's side of `sweeps.optimize` (its sampler and
     pruner go on the study)."""
     from sweeps.common.quietlogs import quiet_optuna
+    from sweeps.search import bulk
     from sweeps.search.study import counted_trials, open_study
     from tracking.plots import PlotLogger, TimelineLogger
 
@@ -161,6 +168,7 @@ def run_sweep(
             _abandon(opened)  # Ray, or a check on its nodes, failed before any trial
             raise
         study = opened.result()
+        bulk.speed_up(study)  # the incremental trial reads before each ask, in plain SELECTs
         define_by_run = define_by_run or DefineByRun()
         define_by_run.bind(study)
     except BaseException:

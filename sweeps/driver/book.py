@@ -26,7 +26,7 @@ from sweeps.contracts.protocol import (
     TrialResult,
 )
 from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
-from sweeps.driver import outcomes
+from sweeps.driver import outcomes, pause, recovery, retries
 from sweeps.driver.ledger import Ledger, Spend
 from sweeps.driver.policies import BudgetPolicy, FailurePolicy
 from sweeps.driver.running import RunningTrials, TrialKey
@@ -35,7 +35,7 @@ from sweeps.driver.trial_config import (
     final_step,
 )
 from sweeps.execution.lane import Lane
-from sweeps.search import space
+from sweeps.search import constraints, space
 from sweeps.search import study as st
 
 
@@ -62,12 +62,16 @@ class TrialBook:
         self.teller = Teller(self.study, tracker, self.attrs)
         self.ledger = Ledger(budget, lambda: self.clock())
         self.reported_objectives = outcomes.reported_objectives(spec)
+        self.constraints = constraints.parse_all(spec.constraints)
         # Where no answer can prune, one-worker trials do not wait for it (`runtime.report`),
         # and a trial's end may overtake its last reports: it waits in `late`.
         prunes = outcomes.can_prune(spec, ctx.study)
         self.settings = dataclasses.replace(trainer, prunes=prunes)
         self.late: dict[TrialKey, tuple[TrialResult, float]] = {}
         self.killed: set[int] = set()  # trial ids a cancel stopped: FAIL in Optuna, runs KILLED
+        self.retries_waiting = 0  # retries queued in Optuna, not asked for yet
+        # `sweeps pause`: which running trials park, and at which checkpoint
+        self.parking = pause.Parking(trainer.checkpoint_every, trainer.checkpoint_min_interval_s)
 
     # ----- ask / assign -----------------------------------------------------------------------
     def ask(self) -> TrialRecord:
@@ -84,6 +88,8 @@ class TrialBook:
         tid = st.trial_id(trial)
         rec = outcomes.new_record(self.spec, trial.number, tid, params, trial.user_attrs, now)
         rec.trial = trial
+        if rec.retry_of is not None and self.retries_waiting:
+            self.retries_waiting -= 1
         return rec
 
     def assign(self, rec: TrialRecord, lane: Lane, seq: int) -> Assignment:
@@ -117,11 +123,18 @@ class TrialBook:
         rec = self.running.get(key)
         if rec is None:
             return Decision.CANCEL  # ended already (the driver failed it): its workers move on
+        if not cancel and self.parking.parks(
+            rec, step, final_step(self.spec, rec.config), self.clock()
+        ):
+            return self._park(rec, step)  # this epoch is not logged: a resume runs it again
         if not rec.last_metrics:
             timeline.mark("trial.first_report", trial=rec.number)
         rec.last_step, rec.last_metrics = step, metrics
         self.tracker.log_epoch(self.ctx, rec, step, metrics)
         self.observers.epoch(self.ctx, rec, step, metrics)
+        self.time_out(self.clock(), [rec])
+        if rec.failure_cause == "timeout":
+            return Decision.CANCEL  # past budget.trial_timeout_s: it ends now, `timed out`
         if cancel:
             if not rec.error:
                 rec.error = cancel
@@ -138,6 +151,18 @@ class TrialBook:
         if last is not None and step >= last:
             return Decision.CONTINUE  # trained to the end: a complete result, not a pruned one
         return Decision.PRUNE if rec.trial.should_prune() else Decision.CONTINUE
+
+    def _park(self, rec: TrialRecord, step: int) -> Decision:
+        """A pause parks the trial: it ends now, resumable from its checkpoint."""
+        if not rec.error:
+            ckpt = self.parking.parked[rec.trial_id]
+            rec.error = line = pause.parked_line(rec.number, step, ckpt)
+            rec.last_step = step  # the end does not wait for this report (`finish`)
+            self.killed.add(rec.trial_id)  # FAIL, cancelled: `resume` re-queues it
+            if rec.run_id:
+                self.tracker.set_tags(rec.run_id, {names.PARKED: str(ckpt or 0)})
+            self.observers.notice(self.ctx, line)
+        return Decision.CANCEL
 
     # ----- the end ----------------------------------------------------------------------------
     LATE_S = 10.0  # how long an end waits for the reports it overtook (Ray orders nothing)
@@ -158,13 +183,16 @@ class TrialBook:
                 rec.error = got
             else:
                 values = got
+        feasible = True
+        if self.constraints and not rec.error:
+            feasible = self._constrain(rec, result, extra, complete=values is not None)
         if rec.error:
             return self._end_failed(rec, rec.error, result, extra)
         self._record_attrs(rec, extra)
         if values is not None:
             self.teller.tell_linked(rec, values if len(values) > 1 else values[0])
-            if len(values) == 1:
-                self.budget.record_value(values[0])
+            if len(values) == 1 and feasible:  # an infeasible value reaches no target
+                self.budget.record_value(values[0], rec.number)
             end = TrialEnd("COMPLETE", values, result, extra)
         else:
             self.teller.tell_linked(rec, state=outcomes.states().PRUNED)
@@ -201,6 +229,17 @@ class TrialBook:
         """A sampled trial that never ran (its lane shape never came): FAIL, no run."""
         self.teller.tell(rec.trial, state=outcomes.states().FAIL)
 
+    def time_out(self, now: float, recs: list[TrialRecord] | None = None) -> None:
+        """Trials past budget.trial_timeout_s end at their next report; one that reaches none
+        in `retries.GRACE_S` fails now (its lane ends the code when it returns)."""
+        limit = self.spec.budget.trial_timeout_s
+        for rec in retries.overdue(recs or self.running.records(), now, limit):
+            rec.failure_cause, rec.error = "timeout", retries.timed_out_error(limit or 0.0)
+        if recs is not None:
+            return
+        for rec in retries.stuck(self.running.records(), now, limit):
+            self.fail((rec.lane_id, rec.seq), rec.error or retries.TIMED_OUT)
+
     def live_spend(self) -> tuple[float, float]:
         """The study's finished spend plus what running trials cost so far."""
         return self.ledger.live_spend(self.running.records())
@@ -223,6 +262,27 @@ class TrialBook:
         self.attrs.write_overdue(all_=all_)
 
     # ----- internals --------------------------------------------------------------------------
+    def _constrain(
+        self, rec: TrialRecord, result: TrialResult, extra: dict[str, float], complete: bool
+    ) -> bool:
+        """Give Optuna the trial's constraint values before its tell: TPE, NSGA-II and GP read
+        them from the told trial. A complete trial missing a name fails (`rec.error`), as one
+        missing its objective does; a pruned one then goes without. Returns feasibility."""
+        got = constraints.violations(
+            self.constraints,
+            rec.params,
+            {**rec.last_metrics, **result.metrics},
+            extra,
+            self.spec.search_space,
+        )
+        if isinstance(got, str):
+            if complete:
+                rec.error = got
+            return False
+        for key, v in got.items():
+            rec.trial.set_constraint(key, v)
+        return all(v <= 0 for v in got.values())
+
     def _record_attrs(self, rec: TrialRecord, extra: dict[str, float]) -> None:
         keys = ("duration_s", "cost_usd", "gpu_hours", "train_seconds")
         self.attrs.add(rec.trial_id, {k: round(extra[k], 6) for k in keys})  # written at tell
@@ -232,13 +292,28 @@ class TrialBook:
     ) -> TrialEnd:
         rec.error = error
         killed = rec.trial_id in self.killed
-        attrs = {names.ERROR: keep_end(error)}
+        attrs: dict[str, object] = {names.ERROR: keep_end(error)}
+        retry = False
         if killed:  # not the trial's own failure: a resumed sweep runs it again
             attrs[names.CANCELLED] = True
+            if rec.trial_id in self.parking.parked:
+                attrs[names.PARKED] = self.parking.parked[rec.trial_id] or 0
+        else:
+            rec.failure_cause = rec.failure_cause or retries.classify(error)
+            r = self.spec.retries
+            retry = retries.should_retry(rec.failure_cause, rec.attempt, r.max, r.on)
+            attrs[names.FAILURE_CAUSE] = rec.failure_cause
+            if retry:  # not counted against max_failed_trials: its params run again
+                attrs[names.RETRIED] = True
         self.attrs.add(rec.trial_id, attrs)
         self._record_attrs(rec, extra)
         self.teller.tell_linked(rec, state=outcomes.states().FAIL)
-        if not killed:
+        if retry:
+            recovery.requeue_params(self.study, rec.params, retries.retry_attrs(rec))
+            self.retries_waiting += 1
+            line = retries.retried_line(rec, rec.failure_cause, self.spec.retries.max)
+            self.observers.notice(self.ctx, line)
+        elif not killed:
             self.failures.record(error)
         end = TrialEnd("FAIL", None, result, extra, killed=killed)
         self._ended(rec, end)

@@ -33,6 +33,9 @@ class ProgressLines(SweepObserver):
             f"{ctx.study_name}: started ({self.total} trials, {spec.budget.parallel} at a time)"
         )
 
+    def on_notice(self, ctx: SweepContext, line: str) -> None:
+        self._say(f"{ctx.study_name}: {line}")
+
     def on_trial_end(self, ctx: SweepContext, t: TrialRecord, end: TrialEnd) -> None:
         self.ended += 1
         value = end.values[0] if end.values else None

@@ -19,13 +19,16 @@ from sweeps.contracts import protocol as p
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import TrainerSettings
 from sweeps.contracts.records import SweepContext, SweepOutcome
-from sweeps.driver import recovery, signals, summary
+from sweeps.driver import convergence, pause, recovery, retries, signals, summary
 from sweeps.driver.book import TrialBook
 from sweeps.driver.define_by_run import DefineByRun
 from sweeps.driver.policies import BudgetPolicy
+from sweeps.driver.replicate_runs import ReplicateRuns
+from sweeps.driver.retainer import Retainer
 from sweeps.driver.running import RunningTrials
 from sweeps.driver.state import Ending, SweepStatus
 from sweeps.driver.trial_config import trainer_settings
+from sweeps.execution.lane import not_placed
 from sweeps.execution.pool import LanePool
 from sweeps.search import liveness
 from sweeps.search.study import counted_trials
@@ -70,6 +73,9 @@ class Driver:
             self.clock,
         )
         self.pool.clock = self.clock  # lane start-up times, on the clock the trials use
+        self.replicates = ReplicateRuns(self.ctx, self.channel, self.pool, self.book)
+        notice = lambda line: self.observers.notice(self.ctx, line)  # noqa: E731
+        self.retainer = Retainer(spec, self.study, notice)  # `checkpoints:` retention
         self.pulse = liveness.Pulse(self.study, self.driver_id, self.started, session=self._session)
         self._restore: Callable[[], None] = lambda: None
         self._cancel_note = ""  # what cancelled running trials, in their error (and why KILLED)
@@ -77,6 +83,8 @@ class Driver:
 
     def start(self) -> None:
         self.budget.load(recovery.open_sweep(self.ctx, self.driver_id, self.tracker, self.enqueue))
+        if self.budget.watch is not None:  # budget.stop_when: the history so far, in order
+            self.budget.watch.load(self.study)
         self.observers.sweep_start(self.ctx)
         if self.install_signals:  # Ctrl-C drains, then cancels; SIGTERM cancels at once
             self._restore = signals.install(self.interrupt, self.terminate)
@@ -99,8 +107,12 @@ class Driver:
         self.book.write_overdue_attrs()
         self._tick()
         self._reap()
+        self.retainer.tick(rec.number for rec in self.running.records())  # after a trial ends
         if self.pool.waiting():
             self.pool.launch_waiting(self._worth_starting)
+        for lane, line, waited in self.pool.stalled():
+            self.observers.notice(self.ctx, f"lane {lane.lane_id} {line} ({waited:.0f} s)")
+        self.replicates.serve(self.status, bool(self.running) or self.book.teller.waiting())
         going = self._let_starting_lanes_go()
         self.channel.flush()
         return going
@@ -139,10 +151,14 @@ class Driver:
 
     def _dispatch(self, ev: Any) -> None:
         book = self.book
+        if self.replicates.handle(ev, self._trial_cancel()):
+            return  # a replicate's event (evaluate): not a trial of the study
         match ev:
             case p.NextTrial():
                 self.pool.ready(ev.lane)
                 answer = self._next(ev)
+                if isinstance(answer, p.Stop) and self.replicates.hold(ev, answer, self.status):
+                    return  # answered with a replicate once the search is over
                 self.channel.answer(p.next_key(ev.lane, ev.seq), answer)
                 if isinstance(answer, p.Stop) and self.pool.mark_stopping(ev.lane):
                     self._replace()
@@ -161,6 +177,8 @@ class Driver:
                 self.running.log(ev.key, ev.text, ev.rank)
             case p.Checkpointed():
                 self.running.checkpointed(ev.key, ev.step, ev.path)
+                if (rec := self.running.get(ev.key)) is not None:  # `checkpoints:` retention
+                    self.retainer.checkpointed(rec.number, ev.step, ev.path, rec.resume_from)
             case p.UserMetrics() | p.UserArtifact():
                 self.running.user_logged(ev)
             case p.Suggest():
@@ -189,11 +207,12 @@ class Driver:
         parked = self.pool.take_parked(lane.shape)
         if parked is not None:  # a trial sampled earlier for this lane's shape
             return self.book.assign(parked, lane, ev.seq)
-        if not self.status.launching:
+        retrying = self._retrying()  # a retry runs on a spent budget: its trial was counted
+        if not self.status.launching and not retrying:
             return p.Stop(self.status.reason, keep_warm=True)
         with liveness.launch_lock(self.study):
             d = self._launch_decision()
-            if not d.launch:
+            if not d.launch and not retrying:
                 self.status.drain(d.reason, d.ends_as)
                 return p.Stop(d.reason, keep_warm=True)
             try:
@@ -217,27 +236,64 @@ class Driver:
         elif asked is liveness.Request.CANCEL:
             why = "cancelled (sweeps cancel): running trials stopped"
             self._cancel("cancelled: sweeps cancel", why, Ending.CANCELLED)
+        elif asked is liveness.Request.PAUSE:  # running trials park at their next checkpoint
+            self.status.drain(pause.REASON, Ending.PAUSED)
+            self.book.parking.request(now)
         elif asked is liveness.Request.STOP:
             self.status.drain("stop requested (sweeps stop)", Ending.STOPPED)
         self.book.finish_late()
+        self.book.time_out(now)  # budget.trial_timeout_s
         for d in self.budget.limits(now - self.started, self.book.live_spend):
             (self.status.cancel if d.cancels else self.status.drain)(d.reason, d.ends_as)
 
     def _reap(self) -> None:
         for lane in self.pool.reap():  # lanes that died while they could run trials
+            if not_placed(lane.error) and self._unplaced(lane):
+                continue
             for key in self.running.on_lane(lane.lane_id):
                 msg = one_line(lane.error) if lane.error else "lane ended while the trial ran"
                 self.book.fail(key, f"worker group failed: {msg}")
+            self.replicates.lane_lost(lane.lane_id, one_line(lane.error or "lane ended"))
             if self.pool.too_many_deaths():
                 lost = plural(self.pool.lanes_lost(), "lane")
                 self.status.fail(f"{lost} failed: {one_line(lane.error)}")
             self._replace()
 
+    def _unplaced(self, lane: Any) -> bool:
+        """A lane whose workers Ray Train never placed (it tried twice). It fails the sweep
+        with what it waited for, unless this sweep's own running lanes hold that, or the
+        cluster could hold it and a service's other work holds it now (it starts again:
+        False), or others of its lanes run trials (the sweep goes on with those)."""
+        wait = self.pool.unplaced(lane)
+        if wait.own:
+            return False
+        if wait.fits and self.channel.shared:  # on a service it queues behind others' work
+            self.observers.notice(self.ctx, f"lane {lane.lane_id} still {wait.line}; queued")
+            return False
+        bound = f"execution.lane_start_timeout_s={self.spec.execution.lane_start_timeout_s:g}"
+        what = f"lane not placed, twice ({bound}): {wait.line}"
+        running = self.pool.ready_count()
+        if running:
+            self.observers.notice(self.ctx, f"{what}; going on with {plural(running, 'lane')}")
+        else:
+            self.status.fail(what)
+        return True
+
     def _replace(self) -> None:
         """A lane stopped (recycled, another shape needed, no more trials) or died: start its
         replacement now, if any; Ray holds it until the old lane's resources are free."""
         st, parallel = self.status, self.spec.budget.parallel
-        self.pool.replace(parallel, st.launching, st.cancelling, self._may_launch)
+        # Replicates (evaluate) and retries of failed trials wait for lanes.
+        more = self.replicates.wants_lanes(st) or self._retrying()
+        may = (lambda: True) if more else self._may_launch
+        self.pool.replace(parallel, st.launching or more, st.cancelling, may)
+
+    def _retrying(self) -> bool:
+        """A failed trial's retry waits, and the sweep's state still runs it (`retries`)."""
+        st = self.status.state
+        return self.book.retries_waiting > 0 and retries.may_run(
+            st.name, getattr(st, "ends_as", "")
+        )
 
     def _may_launch(self) -> bool:
         """Whether the sweep still wants another trial (asked only when a lane would start)."""
@@ -279,12 +335,13 @@ class Driver:
             d = self._launch_decision()
             if not d.launch:
                 self.status.drain(d.reason, d.ends_as)
-        if self.running or self.status.launching or self.pool.waiting_shape():
+        if self.running or self.status.launching or self.pool.waiting_shape() or self._retrying():
             return self.pool.active() > 0 or bool(self.running)
         for lane in self.pool.unstopped():
             if not lane.launched:  # still waiting to start: it never will
                 self.pool.mark_stopping(lane.lane_id)
-            elif lane.trials_run == 0:  # never given a trial: its first request is seq 1
+            elif lane.trials_run == 0 and not self.replicates.wanted(self.status):
+                # never given a trial (nor held for a replicate): its first request is seq 1
                 stop = p.Stop(self.status.reason or "sweep ended", keep_warm=True)
                 self.channel.answer(p.next_key(lane.lane_id, 1), stop)
                 self.pool.mark_stopping(lane.lane_id)
@@ -310,10 +367,16 @@ class Driver:
         self.book.fail_all(left)
         self.book.tell_overdue(final=True)  # nothing left RUNNING
         self.book.write_overdue_attrs(all_=True)
+        self.retainer.apply(set(), final=True)  # `checkpoints:` retention, bytes for `ls`
         if not self._linked:
             self._link(600)
+        if getattr(self.status.state, "ends_as", None) is Ending.PAUSED:
+            self.status.restate(pause.ended_reason(len(self.book.parking.parked), self.spec.name))
         wall = self.clock() - (self.wall_since or self.started)
         s = summary.conclude(self.study, self.spec.name, self.status, self.book, wall)
+        s = self.replicates.conclude(s, left)  # evaluate: records, and the best by the mean
+        if (c := self.budget.converged) is not None and s.reason == c.reason:
+            convergence.record(self.study, self.tracker, self.ctx.parent_run_id, c)
         self.tracker.end_sweep(self.ctx, s)
         self.observers.sweep_end(self.ctx, s)
         summary.record(self.study, s)

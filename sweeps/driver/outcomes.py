@@ -35,8 +35,14 @@ def new_record(
         requeued_from=attrs.get(names.REQUEUED_FROM),
         resumed_from_trial=attrs.get(names.RESUMED_FROM_TRIAL),
         resume_from=attrs.get(names.RESUME_CHECKPOINT),
+        attempt=int(attrs.get(names.ATTEMPT, 1)),
+        retry_of=attrs.get(names.RETRY_OF),
+        extends=attrs.get(names.EXTENDS),
+        extends_run=attrs.get(names.EXTENDS_RUN),
         **trial_resources(spec, params),
     )
+    if attrs.get(names.EXTEND_EPOCHS):  # `extend`: its source's epochs and N more
+        rec.config["epochs"] = int(attrs[names.EXTEND_EPOCHS])
     placement = spec.resources.placement
     rec.shape = LaneShape.of(rec.workers, rec.cpus_per_worker, rec.gpus_per_worker, placement)
     return rec

@@ -13,6 +13,7 @@ from typing import Any
 
 from sweeps.common import paths
 from sweeps.contracts.protocol import TrainerSettings, WarmUp
+from sweeps.driver.retainer import lane_keep
 from sweeps.driver.trial_config import trainer_settings, warm_up_settings
 from sweeps.execution import cluster
 from sweeps.execution.lane import LaneShape
@@ -29,10 +30,11 @@ class LanePlan:
     storage_root: str  # where trials' checkpoints go
     warm_up: WarmUp
     max_failures: int  # worker-group restarts a trial survives
-    keep_checkpoints: int
+    keep_checkpoints: int | None  # None: Ray keeps all (the sweep's `checkpoints:` decides)
     recycle: RecyclePolicy
     want: int  # lanes to start: the sweep's parallelism, at most its trial budget
     image: str | None = None
+    start_timeout_s: float = 60.0  # how long a lane's workers may wait to be placed
 
 
 @dataclass(frozen=True)
@@ -52,16 +54,19 @@ def make_plan(spec: Spec, function: dict[str, Any] | None = None) -> Plan:
     shape = LaneShape.of(r.workers, r.cpus_per_worker, r.gpus_per_worker, r.placement)
     lanes = LanePlan(
         shape=shape,
-        key=cluster.lane_key(spec, shape, storage_root, trainer.callable_digest),
+        # A warm lane whose Ray run deletes checkpoints does not serve a sweep that keeps them.
+        key=cluster.lane_key(spec, shape, storage_root, trainer.callable_digest)
+        + ("|keep-all" if spec.checkpoints else ""),
         storage_root=storage_root,
         warm_up=warm_up_settings(spec, trainer),
         max_failures=r.max_failures,
-        keep_checkpoints=e.keep_checkpoints,
+        keep_checkpoints=lane_keep(spec, e.keep_checkpoints),
         recycle=RecyclePolicy(
             after_trials=1 if e.mode == "isolated" else e.recycle_after_trials,
             rss_growth=e.recycle_rss_growth,
         ),
         want=min(spec.budget.parallel, spec.budget.trials),
         image=r.image,
+        start_timeout_s=e.lane_start_timeout_s,
     )
     return Plan(spec, paths.storage_url(spec.storage), trainer, lanes)

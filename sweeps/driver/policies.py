@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps.common.errors import error_summary
 from sweeps.common.words import plural
+from sweeps.driver.convergence import Converged, Unusable, Watch
 from sweeps.driver.state import Ending
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class BudgetPolicy:
         self.costs: list[float] = []  # per finished trial, this study (loaded at start)
         self.gpu_hours: list[float] = []
         self.best: float | None = None
+        stop_when = spec.budget.stop_when if self.single else None
+        self.watch = Watch(stop_when, self.maximize) if stop_when is not None else None
+        self.converged: Converged | None = None  # why the search ended early, with evidence
 
     def load(self, finished: list[tuple[float, float, float | None]]) -> None:
         """What earlier drivers spent on this study counts against the same budget:
@@ -71,7 +75,9 @@ class BudgetPolicy:
         self.costs.append(float(cost or 0.0))
         self.gpu_hours.append(float(gpu_hours or 0.0))
 
-    def record_value(self, value: float) -> None:
+    def record_value(self, value: float, number: int = -1) -> None:
+        if self.watch is not None:
+            self.watch.record(number, value)
         if self.best is None or (value > self.best if self.maximize else value < self.best):
             self.best = value
 
@@ -84,6 +90,11 @@ class BudgetPolicy:
             return LaunchDecision(False, f"budget reached: {used}/{b.trials} trials", 0)
         if self.single and target_reached(self.best, b.target, self.maximize):
             return LaunchDecision(False, f"target reached: best {self.best:.6g} vs {b.target:g}")
+        if self.watch is not None and (c := self.watch.check()) is not None:
+            if isinstance(c, Unusable):
+                return LaunchDecision(False, c.reason, ends_as=Ending.FAILED)
+            self.converged = c
+            return LaunchDecision(False, c.reason)
         spent = sum(self.costs)
         if b.max_cost_usd is not None and forecast_exceeds(
             spent, self.costs, running, b.max_cost_usd

@@ -11,6 +11,7 @@ from sweeps.common import names
 from sweeps.common.redact import redacted_spec_yaml
 from sweeps.contracts.observers import Tracker
 from sweeps.contracts.records import SweepContext
+from sweeps.search import owners
 from sweeps.search import study as st
 from sweeps.search.liveness import heartbeat, stale_running
 
@@ -26,6 +27,7 @@ def open_sweep(
     ctx.parent_run_id = study.user_attrs.get(names.MLFLOW_PARENT_RUN_ID)
     ctx.experiment_id = study.user_attrs.get(names.MLFLOW_EXPERIMENT_ID)
     heartbeat(study, driver_id)
+    ctx.owner, ctx.team = owners.record(study)
     study.set_user_attr(names.SPEC, redacted_spec_yaml(ctx.spec))
     study.set_user_attr(names.STATE, "running")
     find = lambda number: tracker.find_trial_run(ctx, number)  # noqa: E731
@@ -91,11 +93,27 @@ def _requeue(study: Any, t: Any) -> None:
     """Queue `t`'s params again, from its last persisted checkpoint when it has one."""
     attrs: dict[str, Any] = {names.REQUEUED_FROM: t.number}
     checkpoint = t.user_attrs.get(names.CHECKPOINT)
+    step = t.user_attrs.get(names.CHECKPOINT_STEP)
+    if not checkpoint:  # stopped before a checkpoint of its own: the one it started from
+        checkpoint, step = (
+            t.user_attrs.get(names.RESUME_CHECKPOINT),
+            t.user_attrs.get(names.RESUME_STEP),
+        )
     if checkpoint:
         attrs[names.RESUME_CHECKPOINT] = checkpoint
         attrs[names.RESUMED_FROM_TRIAL] = t.number
-        attrs[names.RESUME_STEP] = t.user_attrs.get(names.CHECKPOINT_STEP)
+        attrs[names.RESUME_STEP] = step
+    for key in (names.EXTENDS, names.EXTENDS_RUN, names.EXTEND_EPOCHS):  # still an extension
+        if key in t.user_attrs:
+            attrs[key] = t.user_attrs[key]
     study.enqueue_trial(t.params, user_attrs=attrs)
+
+
+def requeue_params(study: Any, params: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """Queue `params` again with `attrs` (a retry of a failed trial), not counted in the
+    budget: the trial it repeats was."""
+    study.enqueue_trial(params, user_attrs=attrs)
+    _count_requeued(study, 1)
 
 
 def _count_requeued(study: Any, n: int) -> None:

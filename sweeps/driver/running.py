@@ -93,6 +93,6 @@ class RunningTrials:
         resumed sweep continues the trial from there."""
         rec = self._trials.get(key)
         if rec is not None:
-            rec.checkpoint = path
+            rec.checkpoint, rec.checkpoint_step = path, step
             attrs = {names.CHECKPOINT: path, names.CHECKPOINT_STEP: step}
             self.attrs.write(rec.trial_id, attrs)  # now: a resumed sweep starts from it

@@ -1,6 +1,6 @@
 """The sweep's state, as explicit classes changed in one place (`SweepStatus`).
 
-    Running ──drain(reason)──> Draining ──(lanes gone)──> Finished | Stopped | Failed | Interrupted
+    Running ──drain(reason)──> Draining ──(lanes gone)──> Finished | Stopped | Paused | Failed | ...
        └────cancel(reason)──> Cancelling ─(lanes gone)──> Cancelled | Interrupted | Failed | Stopped
 
 Draining: no new trials, running ones finish. Cancelling: running trials are stopped at their
@@ -11,6 +11,7 @@ outranks a money limit), while the first reason to stop launching is the one rep
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
@@ -21,6 +22,7 @@ class Ending(StrEnum):
 
     FINISHED = "finished"
     STOPPED = "stopped"
+    PAUSED = "paused"  # `sweeps pause`: running trials parked at a checkpoint; resumable
     FAILED = "failed"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
@@ -78,6 +80,14 @@ class Stopped(SweepState):
 
 
 @dataclass(frozen=True)
+class Paused(SweepState):
+    """`sweeps pause`: running trials parked at their checkpoints; `sweeps resume` goes on."""
+
+    name: ClassVar[str] = "paused"
+    terminal: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class Failed(SweepState):
     name: ClassVar[str] = "failed"
     terminal: ClassVar[bool] = True
@@ -96,7 +106,7 @@ class Interrupted(SweepState):
 
 
 TERMINAL: dict[Ending, type[SweepState]] = {
-    Ending(c.name): c for c in (Finished, Stopped, Failed, Cancelled, Interrupted)
+    Ending(c.name): c for c in (Finished, Stopped, Paused, Failed, Cancelled, Interrupted)
 }
 
 
@@ -149,6 +159,12 @@ class SweepStatus:
             self.state = Cancelling(self.state.reason, _worse(ends_as, before))
         else:
             self.state = Cancelling(reason, _worse(ends_as, before))
+
+    def restate(self, reason: str) -> None:
+        """Say at the end what only the end knows (how many trials a pause parked); the
+        state itself does not change."""
+        if not self.state.terminal and self.state.reason:
+            self.state = dataclasses.replace(self.state, reason=reason)
 
     def fail(self, reason: str) -> None:
         self.drain(reason, Ending.FAILED)

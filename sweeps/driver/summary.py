@@ -8,6 +8,7 @@ from typing import Any
 from sweeps.common import names
 from sweeps.common.errors import error_summary
 from sweeps.contracts.records import SweepSummary
+from sweeps.search.constraints import best_feasible, none_feasible
 
 
 def counts(study: Any) -> dict[str, int]:
@@ -35,8 +36,10 @@ def summarize(study: Any, name: str, state: Any, book: Any, wall_s: float) -> Sw
     c = counts(study)
     best_n = best_v = None
     if len(study.directions) == 1 and c.get("COMPLETE"):
-        best = study.best_trial
-        best_n, best_v = best.number, best.value
+        maximize = study.direction.name == "MAXIMIZE"
+        best = best_feasible(study.get_trials(deepcopy=False), maximize)
+        if best is not None:  # the best trial is the best feasible one
+            best_n, best_v = best.number, best.value
     spend = book.spend()
     attrs = study.user_attrs
     requeued, warm = int(attrs.get(names.REQUEUED, 0)), int(attrs.get(names.WARM_COUNT, 0))
@@ -86,4 +89,5 @@ def explain_uncounted(reason: str, c: dict[str, int], requeued: int, warm: int) 
 def conclude(study: Any, name: str, status: Any, book: Any, wall_s: float) -> SweepSummary:
     """Settle the sweep's terminal state (`status.end`) and summarize it."""
     failed = all_failed(counts(study), book.first_error())
+    failed = failed or none_feasible(study.get_trials(deepcopy=False))
     return summarize(study, name, status.end(failed), book, wall_s)

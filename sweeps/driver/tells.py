@@ -44,6 +44,8 @@ class Teller:
         study instead: Optuna's finished trials are read-only."""
         import optuna
 
+        if trial_id < 0:  # a replicate's run (sweeps.driver.replicate_runs): no Optuna trial
+            return
         live = trial_id in self._untold  # ended, not told yet
         for rec in running:
             if rec.trial_id == trial_id:

@@ -29,6 +29,8 @@ def trial_config(spec: Spec, params: dict[str, Any]) -> dict[str, Any]:
     else:
         config = {k: getattr(t, k) for k in BUILTIN_FIELDS}
         config["compile"] = t.compile
+        if spec.data.test_fraction:  # rows the trainer leaves out: the locked test split
+            config["test_fraction"] = spec.data.test_fraction
     config.update(t.params)
     config.update({k: v for k, v in params.items() if not k.startswith("resources.")})
     return config
@@ -71,8 +73,17 @@ def trainer_settings(spec: Spec, function: dict[str, Any] | None = None) -> Trai
         checkpoint_min_interval_s=e.checkpoint_min_interval_s,
         log_models=spec.tracking.log_models,
         pickle_models=spec.tracking.pickle_models,
+        **_model_pick(spec),
         **(function or {}),
     )
+
+
+def _model_pick(spec: Spec) -> dict[str, Any]:
+    """Pure: the TrainerSettings fields that say which epoch's weights become the model."""
+    from sweeps.spec.model_pick import model_pick
+
+    pick = model_pick(spec)
+    return {} if pick is None else {"model_metric": pick[0], "model_direction": pick[1]}
 
 
 def warm_up_settings(spec: Spec, how: TrainerSettings) -> WarmUp:

@@ -5,7 +5,8 @@ worker of a lane runs.
 Mirrors Ray Train V2's ``_internal/execution``: one module per concern, policies as small objects.
 `raytrain` is the one module with Ray Train's private names.
 
-Owns: `cluster`, `images`, `broker`, `host`, `lane`, `lane_worker`, `pool`, `raytrain`, `storage`.
+Owns: `cluster`, `images`, `broker`, `host`, `lane`, `lane_worker`, `pool`, `raytrain`, `storage`,
+`placement` (what a lane not placed waits for), `startcost` (whether a lane's start pays).
 May import: every layer below: `common`, `spec`, `contracts`, `worker`, `trainer`,
 `tracking`, `search`, `service`.
 """

@@ -330,6 +330,10 @@ class Broker:
                 stopped += 1
         return stopped
 
+    def idle_lanes(self) -> list[tuple[str, str]]:
+        """(lane id, key) of the lanes waiting idle: they hold their resources meanwhile."""
+        return [(lane_id, lane.key) for lane_id, lane in self.lanes.items() if self._idle(lane)]
+
     def _idle(self, lane: LaneState) -> bool:
         return lane.owner is None and lane.idle_since is not None and lane.pending is not None
 

@@ -267,6 +267,12 @@ class BrokerChannel:
 
         return ray.get(self.handle.claim.remote(self.owner, key, n)) if self.shared and n else []
 
+    def idle_lanes(self) -> list[tuple[str, str]]:
+        """(lane id, key) of the service's idle lanes (none for a sweep's own broker)."""
+        import ray
+
+        return ray.get(self.handle.idle_lanes.remote()) if self.shared else []
+
     def release_idle(self, keep_key: str) -> int:
         import ray
 

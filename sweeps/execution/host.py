@@ -15,7 +15,15 @@ import threading
 from typing import Any
 
 from sweeps.common.errors import one_line
-from sweeps.execution.lane import RAY_PATH_ENV, Lane, LaneConfig, LaneShape, make_trainer
+from sweeps.execution.lane import (
+    NOT_PLACED,
+    RAY_PATH_ENV,
+    Lane,
+    LaneConfig,
+    LaneShape,
+    make_trainer,
+)
+from sweeps.execution.placement import start_timed_out
 from sweeps.execution.raytrain import LANE_NAME, configure_host_logging, private_path_missing
 
 log = logging.getLogger(__name__)
@@ -61,6 +69,8 @@ class LaneHost:
             make_trainer(lane, conf, in_process_controller=path == "private").fit()
         except BaseException as e:
             error = f"{type(e).__name__}: {one_line(e, 2000)}"
+            if start_timed_out(e):  # the driver says what it waited for
+                error = f"{NOT_PLACED}: {error}"
         self.ended[lane_id] = error
         done.set()
         return error

@@ -11,6 +11,7 @@ in a daemon thread of the driver. Tests use a fake one (no Ray at all).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -38,6 +39,12 @@ class LaneShape:
         w, c, g = self.workers, self.cpus_per_worker, self.gpus_per_worker
         return f"{w}x{c:g}cpu{g:g}gpu-{self.placement}"
 
+    @classmethod
+    def from_key(cls, key: str) -> LaneShape | None:
+        """The shape a lane key starts with (`key`'s inverse); None for another string."""
+        m = re.match(r"^(\d+)x([\d.e+-]+)cpu([\d.e+-]+)gpu-(\w+)(\||$)", key)
+        return cls.of(int(m[1]), float(m[2]), float(m[3]), m[4]) if m else None
+
 
 @dataclass
 class Lane:
@@ -54,7 +61,11 @@ class Lane:
     launched_at: float | None = None  # on the pool's clock
     first_rss_mb: float = 0.0
     last_rss_mb: float = 0.0
+    waiting: Any = None  # placement.Wait: what its workers waited for, last it said
 
+
+# Ray Train's own setting for how long a worker group's placement may take before it retries.
+START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 
 # How the lane host runs a lane's fit(): "private" (Ray Train's controller in the host itself,
 # through execution/raytrain.py's private names: the fast path), "public" (`TorchTrainer.fit()`
@@ -78,6 +89,21 @@ def make_lane_id(sweep: str, index: int) -> str:
     return f"{sweep}-lane{index}-{uuid.uuid4().hex[:6]}"
 
 
+def sweep_of(lane_id: str) -> str:
+    """The sweep a lane id names (`make_lane_id`'s inverse); the id itself for another."""
+    m = re.match(r"^(.*)-lane\d+-[0-9a-f]{6}$", lane_id)
+    return m[1] if m else lane_id
+
+
+# How a lane whose worker group Ray Train never placed ends (its error starts so): Ray Train
+# timed its placement out twice (execution.lane_start_timeout_s), and gave up.
+NOT_PLACED = "worker group not placed"
+
+
+def not_placed(error: BaseException | str | None) -> bool:
+    return error is not None and str(error).startswith(NOT_PLACED)
+
+
 class LaneLauncher(Protocol):
     """Starts a lane's worker group; must set `lane.done` (and `lane.error`) when it ends."""
 
@@ -92,10 +118,11 @@ class LaneConfig:
     train_config: dict[str, Any]
     storage_path: str
     max_restarts: int
-    keep_checkpoints: int
+    keep_checkpoints: int | None  # None: Ray deletes none (the sweep's retention does)
     runtime_env: dict[str, Any] | None = None
     local_mode: bool = False
     ray_path: str = field(default_factory=asked_ray_path)  # "", "public" or "private"
+    start_timeout_s: float = 60.0  # execution.lane_start_timeout_s
 
 
 def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = False) -> Any:
@@ -126,6 +153,14 @@ def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = Fal
         "storage_scheme": scheme(conf.storage_path),
     }
     trainer_cls = in_process_trainer_class() if in_process_controller else TorchTrainer
+    # Ray Train waits this long for the workers' placement group, then retries the start once
+    # (controller_failure_limit) and raises: the lane ends NOT_PLACED rather than wait forever.
+    # Ray Train reads it from this process's environment as the run starts (both paths); a
+    # shared host's lanes started at the same moment by sweeps with other bounds may see theirs.
+    os.environ[START_TIMEOUT_ENV] = f"{conf.start_timeout_s:g}"
+    failure = {"max_failures": conf.max_restarts}
+    if "controller_failure_limit" in getattr(FailureConfig, "__dataclass_fields__", {}):
+        failure["controller_failure_limit"] = 1
     return trainer_cls(
         lane_main,
         train_loop_config=config,
@@ -134,7 +169,7 @@ def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = Fal
             name=lane.lane_id,
             storage_path=storage_path,
             storage_filesystem=storage_fs,
-            failure_config=FailureConfig(max_failures=conf.max_restarts),
+            failure_config=FailureConfig(**failure),
             checkpoint_config=CheckpointConfig(num_to_keep=conf.keep_checkpoints),
             worker_runtime_env=conf.runtime_env or {},
         ),

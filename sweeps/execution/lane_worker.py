@@ -264,6 +264,8 @@ def _trial_context(
         checkpoint_min_interval_s=how.checkpoint_min_interval_s,
         restarts=restarts,
         log_model=how.log_models,
+        model_metric=how.model_metric,
+        model_direction=how.model_direction,
         prunes=how.prunes,
         resume_from=_resume_checkpoint(a, restarts, recorded),
         storage_scheme=cfg.get("storage_scheme", ""),
@@ -298,6 +300,8 @@ def _result(out: Any, rank: int, how: TrainerSettings) -> TrialResult:
     result.links = {str(k): str(v) for k, v in (out.get("links") or {}).items()}
     if out.get("model_package"):
         result.model_package, result.model_format = out["model_package"], "pyfunc"
+        picked = out.get("model_checkpoint") or {}  # the built-in trainer's best epoch
+        result.model_step, result.model_metrics = picked.get("step"), picked.get("metrics") or {}
     elif out.get("model") is not None and how.log_models:
         from trainer.errors import ModelNotPackaged
         from trainer.packaging import package_module

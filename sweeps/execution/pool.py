@@ -18,7 +18,9 @@ from typing import Any
 from sweeps.common import timeline
 from sweeps.common.errors import one_line
 from sweeps.common.words import plural
-from sweeps.execution.lane import Lane, LaneLauncher, LaneShape, make_lane_id
+from sweeps.execution.lane import Lane, LaneLauncher, LaneShape, make_lane_id, not_placed
+from sweeps.execution.placement import Wait
+from sweeps.execution.startcost import start_pays
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +71,58 @@ class StartPolicy:
             return True
         return sum(map(self.cost, starting)) + self.cost(shape) <= self.cpus
 
-    @staticmethod
-    def worth_starting(left: int, lanes: int, trial_s: float, start_s: float | None) -> bool:
-        """Pure: whether a lane that waited for CPUs should still start. It pays for itself
-        only if the `left` trials not yet begun would keep the `lanes` already running busy
-        for longer than a start takes (`start_s`, as the lanes started so far took). 6 digits
+    def worth_starting(
+        self,
+        left: int,
+        lanes: int,
+        trial_s: float,
+        start_s: float | None,
+        busy: float = 0.0,
+        draw: float = 0.0,
+    ) -> bool:
+        """Whether a waiting lane should start beside the `lanes` running trials (busy with
+        `busy` CPUs): only if the `left` trials not yet begun end sooner with it, counting
+        what its start (`draw` CPUs) takes from them (`startcost.start_pays`). 6 digits
         trials of ~1 s were all done 3 s after the first lane was ready, while a second lane
-        would have taken 13 s to start, and taken CPU from those trials meanwhile. `trial_s`
-        is the longest a trial of the sweep has run yet: it grows while a long one runs."""
-        if left <= 0:
+        would have taken 13 s to start, and taken CPU from those trials meanwhile."""
+        return start_pays(left, lanes, trial_s, start_s, self.cpus, busy, draw)
+
+    def contends(self, busy: float, draw: float) -> bool:
+        """Whether starts drawing `draw` CPUs take CPU from trials running on `busy`."""
+        return busy > 0 and busy + draw > self.cpus
+
+
+@dataclass
+class StallWatch:
+    """When a starting lane is asked whether its workers wait to be placed: `first_s` after its
+    launch, again every `first_s` until it waits, then every `repeat_s` (a slow interval: the
+    line says the same until the cluster changes)."""
+
+    first_s: float = 10.0
+    repeat_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        self.looked: dict[str, float] = {}
+        self.said: dict[str, float] = {}
+
+    @classmethod
+    def for_bound(cls, start_timeout_s: float) -> StallWatch:
+        """Looks early enough that a lane says what it waits for before Ray Train gives up on
+        it (`start_timeout_s`, twice)."""
+        return cls(first_s=min(10.0, start_timeout_s / 2))
+
+    def forget(self, lane_id: str) -> None:
+        self.looked.pop(lane_id, None)
+        self.said.pop(lane_id, None)
+
+    def due(self, lane_id: str, launched_at: float, now: float) -> bool:
+        if now - launched_at < self.first_s:
             return False
-        if start_s is None or lanes <= 0:
-            return True
-        return left * trial_s / lanes > start_s
+        said = self.said.get(lane_id)
+        if said is not None:
+            return now - said >= self.repeat_s
+        looked = self.looked.get(lane_id)
+        return looked is None or now - looked >= self.first_s
 
 
 class LanePool:
@@ -94,8 +135,12 @@ class LanePool:
         max_deaths: int = MAX_LANE_DEATHS,
         starts: StartPolicy | None = None,
         clock: Callable[[], float] = time.time,
+        probe: Any = None,
+        watch: StallWatch | None = None,
     ) -> None:
         self.launcher = launcher
+        self.probe = probe  # placement.RayProbe: why a starting lane waits (None: not asked)
+        self.watch = watch or StallWatch()
         self.sweep = sweep
         self.default_shape = default_shape
         self.recycle = recycle or RecyclePolicy()
@@ -149,6 +194,8 @@ class LanePool:
         for lane in [x for x in live if not x.launched]:
             if not self.starts.may_start(starting, lane.shape):
                 break  # in order: a big lane is not overtaken forever by small ones
+            if worth is None and self.starts.contends(*self._load(lane.shape)):
+                break  # beside running trials: the driver's next turn weighs it (`worth`)
             if worth is not None and not worth(self.start_s):
                 break
             lane.launched, lane.started_at = True, time.time()
@@ -156,6 +203,40 @@ class LanePool:
             timeline.mark("lane.launch", lane=lane.lane_id)
             self.launcher.launch(lane)
             starting.append(lane.shape)
+
+    def stalled(self) -> list[tuple[Lane, str, float]]:
+        """Starting lanes whose workers wait to be placed, as each falls due (StallWatch):
+        (lane, what it waits for, seconds since its launch)."""
+        now, out = self.clock(), []
+        for lane in list(self.lanes.values()):
+            if lane.ready or lane.stopping or lane.launched_at is None:
+                continue
+            if not self.probe or not self.watch.due(lane.lane_id, lane.launched_at, now):
+                continue
+            self.watch.looked[lane.lane_id] = now
+            try:
+                wait = self.probe.waiting(lane.shape, self._running_shapes())
+            except Exception as e:  # a question to Ray that failed: asked again later
+                log.debug("placement probe failed: %s", one_line(e))
+                continue
+            if wait is not None:
+                self.watch.said[lane.lane_id] = now
+                lane.waiting = wait
+                out.append((lane, wait.line, now - lane.launched_at))
+        return out
+
+    def _running_shapes(self) -> list[LaneShape]:
+        return [x.shape for x in self.lanes.values() if x.ready and not x.stopping]
+
+    def unplaced(self, lane: Lane) -> Wait:
+        """What a lane whose workers Ray Train never placed waited for, as the cluster is now
+        (the line it said last, where Ray cannot be asked)."""
+        try:
+            if self.probe:
+                return self.probe.explain(lane.shape, self._running_shapes())  # type: ignore[no-any-return]
+        except Exception as e:
+            log.debug("placement probe failed: %s", one_line(e))
+        return lane.waiting or Wait(f"its workers ({lane.shape.key}) were never placed")
 
     def adopt(self, lane_id: str) -> Lane:
         """A warm lane of this sweep's shape and code, left idle by an earlier sweep."""
@@ -171,9 +252,12 @@ class LanePool:
         died = []
         for lane in [lane for lane in self.lanes.values() if lane.done.is_set()]:
             del self.lanes[lane.lane_id]
+            self.watch.forget(lane.lane_id)
             if lane.stopping:
                 continue
-            if lane.error is not None:
+            if not_placed(lane.error):
+                pass  # not a worker group that died: the driver decides (`unplaced`)
+            elif lane.error is not None:
                 self.deaths += 1
                 log.warning("lane %s failed: %s", lane.lane_id, one_line(lane.error))
             died.append(lane)
@@ -184,8 +268,19 @@ class LanePool:
         return sum(x.ready and not x.stopping for x in self.lanes.values())
 
     def worth_starting(self, left: int, trial_s: float, start_s: float | None) -> bool:
-        """Whether a waiting lane pays for its start (StartPolicy.worth_starting)."""
-        return self.starts.worth_starting(left, self.ready_count(), trial_s, start_s)
+        """Whether the next waiting lane pays for its start, counting the CPU it takes from
+        the running lanes' trials (StartPolicy.worth_starting)."""
+        shape = next((x.shape for x in self.unstopped() if not x.launched), self.default_shape)
+        busy, draw = self._load(shape)
+        return self.starts.worth_starting(left, self.ready_count(), trial_s, start_s, busy, draw)
+
+    def _load(self, shape: LaneShape) -> tuple[float, float]:
+        """(CPUs the ready lanes' trials use, CPUs the lanes starting and one of `shape`
+        starting would draw)."""
+        live = self.unstopped()
+        busy = sum(x.shape.workers * x.shape.cpus_per_worker for x in live if x.ready)
+        starting = [x.shape for x in live if x.launched and not x.ready]
+        return busy, sum(map(StartPolicy.cost, starting)) + StartPolicy.cost(shape)
 
     def unstopped(self) -> list[Lane]:
         """Lanes not yet told to stop."""

@@ -8,6 +8,7 @@ through here so a `gs://` URI means the same bucket everywhere.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,3 +46,44 @@ def checkpoint_at(uri: str) -> Any:
     if fs is None:
         return ray.train.Checkpoint(path)
     return ray.train.Checkpoint(path, filesystem=fs)
+
+
+def _fs_of(uri: str) -> tuple[Any, str]:
+    """(pyarrow filesystem, path) for a gs:// URI, the emulator's where one is set."""
+    fs, path = filesystem(uri)
+    if fs is None:
+        from pyarrow.fs import FileSystem
+
+        fs, path = FileSystem.from_uri(uri)
+    return fs, path
+
+
+def delete_tree(uri: str) -> None:
+    """Delete a persisted checkpoint's folder; one already gone is fine (Ray or an earlier
+    pass may have deleted it)."""
+    if not uri.startswith("gs://"):
+        if os.path.exists(uri):
+            shutil.rmtree(uri)
+        return
+    from pyarrow.fs import FileSelector, FileType
+
+    # Object by object: pyarrow's delete_dir also deletes a `path/` marker object, and fails
+    # with NOT_FOUND where none was written (Ray Train writes none).
+    fs, path = _fs_of(uri)
+    for info in fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True)):
+        if info.type is FileType.File:
+            fs.delete_file(info.path)
+
+
+def tree_bytes(uri: str) -> int:
+    """The bytes of the files under a checkpoint's folder (0 when it is gone)."""
+    if not uri.startswith("gs://"):
+        total = 0
+        for folder, _, files in os.walk(uri):
+            total += sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+        return total
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, path = _fs_of(uri)
+    infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
+    return sum(i.size or 0 for i in infos if i.type is FileType.File)

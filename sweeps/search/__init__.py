@@ -3,7 +3,10 @@ pruners, the search space, warm starts, selecting the best trial, drivers' heart
 requests, and how a storage outage is met.
 
 Owns: `study`, `samplers`, `space`, `warmstart`, `select`, `liveness`, `trial_attrs`, `outage`,
-`reuse` (what running a spec under an existing sweep's name would do).
+`reuse` (what running a spec under an existing sweep's name would do), `owners` (whose sweep
+it is, and who may stop it), `quota` (spend per team and user, and what a quota lets run),
+`constraints`, `terminator` (Optuna's, adapted), `tpe` (TPE with a bounded history), `bulk`
+(the study's bulk reads).
 May import: `sweeps.common`, `sweeps.spec`, `sweeps.contracts`, `sweeps.worker`, `trainer`,
 `tracking`.
 """

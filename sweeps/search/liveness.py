@@ -80,14 +80,15 @@ class Request(StrEnum):
 
     INTERRUPT = "interrupt"  # `sweeps down`: stop running trials now, the sweep is resumable
     CANCEL = "cancel"  # stop running trials now
+    PAUSE = "pause"  # park running trials at a checkpoint, start no more; resumable
     STOP = "stop"  # finish running trials, start no more
 
 
 def requested(study: optuna.Study, since: float) -> Request | None:
     """`sweeps stop` / `sweeps cancel` write a timestamp into the study; drivers poll for it.
-    Only requests made after `since` count; a cancel outranks a stop."""
+    Only requests made after `since` count; a cancel outranks a pause, a pause a stop."""
     attrs = fresh_study_attrs(study)
-    for kind in (Request.INTERRUPT, Request.CANCEL, Request.STOP):
+    for kind in (Request.INTERRUPT, Request.CANCEL, Request.PAUSE, Request.STOP):
         ts = attrs.get(names.requested(kind))
         if isinstance(ts, int | float) and ts >= since:
             return kind

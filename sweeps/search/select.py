@@ -12,6 +12,7 @@ from typing import Any
 
 from sweeps.common import names
 from sweeps.common.errors import NotFoundError, SpecError
+from sweeps.search.constraints import best_feasible, violated
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 _COND = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*([-+0-9.eE]+)\s*$")
@@ -49,7 +50,7 @@ def select_trial(study: Any, trials: list[Any], rule: str) -> Any:
     (metric, way), conds = parse(rule)
     pool = list(study.best_trials) if len(study.directions) > 1 else trials
     scored = []
-    for t in pool:
+    for t in (t for t in pool if not violated(t)):  # only feasible trials are chosen
         m = trial_metrics(study, t)
         if metric not in m:
             raise SpecError(f"--select: metric '{metric}' unknown (have: {', '.join(sorted(m))})")
@@ -78,4 +79,7 @@ def pick_trial(study: Any, trial: int | None, select: str | None) -> Any:
             "multi-objective sweep: choose with --select (e.g. 'val_accuracy max; "
             "cost_usd <= 0.05') or --trial N"
         )
-    return study.best_trial
+    best = best_feasible(done, study.direction.name == "MAXIMIZE")
+    if best is None:
+        raise NotFoundError(f"sweep '{study.study_name}' has no feasible trial to promote")
+    return best

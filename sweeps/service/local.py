@@ -383,6 +383,10 @@ class RestJobs:
 
 def job_status(job_id: str, address: str | None) -> str | None:
     """A job's status (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), or None if unknown."""
+    if address == names.SWEEPHOST_ADDRESS:
+        from sweeps.service import sweephost
+
+        return sweephost.status(job_id)
     try:
         url, auth = resolve(address)
         with jobs_client(url, auth) as client:

@@ -90,15 +90,19 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> NoRe
         sys.stdout.reconfigure(line_buffering=True)  # a log that `logs --driver -f` follows
         sys.stderr.reconfigure(line_buffering=True)
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        if request.get("env") is not None:  # else the service's own (a resident sweep)
+            os.environ.clear()
+            os.environ.update(request["env"])
         import runpy
 
         from sweeps.common import timeline
 
         timeline.PROCESS_T0 = time.monotonic()  # the driver's timeline starts at its fork
         conn.sendall(f"{os.getpid()}\n".encode())
-        threading.Thread(target=_die_with, args=(conn,), name="supervisor", daemon=True).start()
+        if request.get("detach"):  # a sweep the service hosts: it outlives whoever asked
+            conn.close()
+        else:
+            threading.Thread(target=_die_with, args=(conn,), name="supervisor", daemon=True).start()
         # As `python -m MODULE ARGV...` would run it (its `sys.exit(main())` ends up below).
         sys.argv = [request["module"], *request["argv"]]
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
@@ -151,16 +155,25 @@ class Forked:
         return int(line.split()[1]) if line.startswith("exit ") else -signal.SIGKILL
 
 
-def spawn(path: str, module: str, argv: list[str]) -> Forked | None:
+def spawn(
+    path: str,
+    module: str,
+    argv: list[str],
+    stdio: list[int] | None = None,
+    detach: bool = False,
+) -> Forked | None:
     """`python -m module argv...` forked by the zygote at `path`, with this process's stdio,
-    cwd and env; None if the zygote does not answer."""
+    cwd and env; None if the zygote does not answer. `detach`: a process that does not die with
+    this one, with `stdio` (fds) and the zygote's own env (`sweephost`)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(5.0)
         conn.connect(path)
-        request = {"module": module, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+        env = None if detach else dict(os.environ)
+        request = {"module": module, "argv": argv, "cwd": os.getcwd(), "env": env}
+        request["detach"] = detach
         body = json.dumps(request)
-        socket.send_fds(conn, [body.encode() + b"\n"], [0, 1, 2])
+        socket.send_fds(conn, [body.encode() + b"\n"], stdio or [0, 1, 2])
         buf = b""
         while b"\n" not in buf:
             more = conn.recv(1 << 10)

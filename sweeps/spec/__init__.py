@@ -1,6 +1,8 @@
 """The spec: `Spec` (the pydantic model tree), its parameters, and how a YAML file becomes one.
 
-Owns: `models`, `params`, `command`, `load`.
+Owns: `models`, `params`, `command`, `load`, the sections kept beside `models`: `data`,
+`evaluate`, `retries`, `stop`, `checkpoints`, `model_pick`; and `teams` (conf/teams.yaml:
+teams, weights, admins, quotas).
 May import: `sweeps.common`.
 """
 

@@ -15,8 +15,13 @@ from pydantic import Field, field_validator, model_validator
 
 from sweeps.common import names
 from sweeps.common.errors import SpecError
+from sweeps.spec.checkpoints import Checkpoints, check_checkpoints
 from sweeps.spec.command import DEFAULT_COMMAND, check_command
+from sweeps.spec.data import DataSpec, check_data
+from sweeps.spec.evaluate import EvaluateSpec, check_evaluate
 from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, Param, _Model
+from sweeps.spec.retries import Retries
+from sweeps.spec.stop import StopWhen
 
 SAMPLERS = tuple(names.SAMPLERS)
 PRUNERS = tuple(names.PRUNERS)
@@ -73,8 +78,12 @@ class Budget(_Model):
     max_gpu_hours: float | None = Field(None, gt=0, le=HUGE)
     # Stop launching once the (single) objective reaches this value.
     target: float | None = None
+    # End the search once it converged (sweeps.driver.convergence).
+    stop_when: StopWhen | None = None
     # Also cancel running trials once spend crosses a limit (default: let them finish).
     hard: bool = False
+    # A trial running longer than this fails as `timed out` (its checkpoint is kept).
+    trial_timeout_s: float | None = Field(None, gt=0, le=HUGE)
 
 
 class WarmStart(_Model):
@@ -217,12 +226,18 @@ class Execution(_Model):
     # and trials shorter than it never pay for a checkpoint.
     checkpoint_min_interval_s: float = Field(5.0, ge=0, le=HUGE)
     keep_checkpoints: int = Field(2, ge=1)
+    # How long a lane's workers may wait to be placed (Ray Train's worker-group start timeout);
+    # past it Ray Train tries once more, then the sweep fails, saying what the lane waited for.
+    lane_start_timeout_s: float = Field(60.0, gt=0, le=HUGE)
 
 
 class Tracking(_Model):
     uri: str | None = None
     experiment: str | None = None
     log_models: bool = True
+    # Which weights become the trial's model: `best` (the epoch with the best objective) or
+    # `last`; unset, `best` where the trainer can keep it (sweeps/spec/model_pick.py).
+    model: Literal["best", "last"] | None = None
     # A user's nn.Module that torch.export cannot trace is kept by pickle only if this says so
     # (loading a pickled model runs its code); the model then carries the format it was saved in.
     pickle_models: bool = False
@@ -271,6 +286,9 @@ class Spec(_Model):
     objectives: list[Objective] | None = Field(None, min_length=2, max_length=8)
     warm_start: WarmStart | None = None
     search_space: dict[str, Param] = {}
+    # Outcome constraints, `NAME OP NUMBER` over final metrics, params and costs
+    # (sweeps/search/constraints.py reads them; `validate` checks the names it can know).
+    constraints: list[str] = []
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
     budget: Budget = Budget()
@@ -278,6 +296,13 @@ class Spec(_Model):
     trainer: TrainerSpec = TrainerSpec()
     execution: Execution = Execution()
     tracking: Tracking = Tracking()
+    retries: Retries = Retries()
+    data: DataSpec = DataSpec()  # the locked test split (sweeps/spec/data.py)
+    _data = model_validator(mode="after")(check_data)
+    evaluate: EvaluateSpec | None = None  # replicated winners (sweeps/spec/evaluate.py)
+    _evaluate = model_validator(mode="after")(check_evaluate)
+    checkpoints: Checkpoints | None = None  # sweep-wide retention (sweeps/spec/checkpoints.py)
+    _checkpoints = model_validator(mode="after")(check_checkpoints)
     storage: str | None = None
 
     @field_validator("name")

@@ -46,6 +46,10 @@ class TrialContext:
     step: int = 0
     restarts: int = 0
     log_model: bool = True  # the sweep logs models (tracking.log_models)
+    # tracking.model: best: the metric (and direction) whose best report's weights the
+    # built-in trainer keeps as the model; None: the weights the trial ends with.
+    model_metric: str | None = None
+    model_direction: str = "maximize"
     prunes: bool = True  # a report's answer may prune the trial (the sweep has a pruner)
     resume_from: Any = None  # a ray.train.Checkpoint of this trial, after a restart
     storage_scheme: str = ""  # put before a persisted checkpoint's path ("gs://"; "" locally)

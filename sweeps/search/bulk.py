@@ -1,0 +1,261 @@
+"""Every trial of a study read in a few SQL statements, for `show` and `ls` (an adapter over
+Optuna's RDB tables, beside `search/study.py`; pinned the same way).
+
+Optuna's `get_trials` builds each trial through the ORM with its params, values, attrs and
+intermediate values: on 10,000 trials that is about 100,000 mapped rows, seconds of a
+command that should answer in one. `show` and `ls` need neither the intermediate values nor the
+sampler's system attrs (TPE stores its relative params on every trial), so this reads the five
+tables they use with plain SELECTs and builds light trials with the FrozenTrial attributes
+`sweeps.queries` reads: number, state, value(s), params, user_attrs, constraints and the two
+datetimes (naive local time, as Optuna gives them). Other storages: Optuna's own read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+_CONSTRAINTS = "constraints"  # Optuna's system-attr key (and "constraints:NAME" prefix)
+
+
+@dataclass(slots=True)
+class LightTrial:
+    """The part of an Optuna FrozenTrial that `show` and `ls` read."""
+
+    number: int
+    state: Any  # optuna.trial.TrialState
+    values: list[float] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    constraint_attrs: dict[str, Any] = field(default_factory=dict)
+    datetime_start: datetime.datetime | None = None
+    datetime_complete: datetime.datetime | None = None
+    _trial_id: int = 0
+
+    @property
+    def value(self) -> float | None:
+        return self.values[0] if self.values and len(self.values) == 1 else None
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        from optuna.study._constrained_optimization import _get_constraints_from_system_attrs
+
+        return _get_constraints_from_system_attrs(self.constraint_attrs)
+
+
+def trials(study: Any, user_keys: tuple[str, ...] | None = None) -> list[Any]:
+    """The study's trials in number order: light ones on an RDB storage, else Optuna's.
+    `user_keys`: read only these user attrs (all when None)."""
+    import optuna
+
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        return study.get_trials(deepcopy=False)
+    from sweeps.search.outage import outage_tolerant
+
+    url = str(backend.engine.url)
+    return outage_tolerant(_read, url)(backend.engine, study._study_id, user_keys)
+
+
+def _local(utc: datetime.datetime | None) -> datetime.datetime | None:
+    """Optuna stores naive UTC and returns naive local time."""
+    if utc is None:
+        return None
+    return utc.replace(tzinfo=datetime.UTC).astimezone().replace(tzinfo=None)
+
+
+def _read(engine: Any, sid: int, user_keys: tuple[str, ...] | None) -> list[LightTrial]:
+    import sqlalchemy as sa
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models as m
+
+    t = m.TrialModel.__table__
+    ids = sa.select(t.c.trial_id).where(t.c.study_id == sid).scalar_subquery()
+    by_id: dict[int, LightTrial] = {}
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete
+            )
+            .where(t.c.study_id == sid)
+            .order_by(t.c.trial_id)
+        )
+        for tid, number, state, start, end in rows:
+            by_id[tid] = LightTrial(number, _state(state), None, {}, {}, {}, _local(start),
+                                    _local(end), tid)  # fmt: skip
+        v = m.TrialValueModel.__table__
+        q = sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
+        for tid, objective, value, vtype in conn.execute(q.where(v.c.trial_id.in_(ids))):
+            tr = by_id[tid]
+            tr.values = tr.values or []
+            tr.values.extend([0.0] * (objective + 1 - len(tr.values)))
+            tr.values[objective] = m.TrialValueModel.stored_repr_to_value(value, _vtype(vtype))
+        p = m.TrialParamModel.__table__
+        q = sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
+        dists: dict[str, Any] = {}
+        for tid, name, value, dist_json in conn.execute(q.where(p.c.trial_id.in_(ids))):
+            if dist_json not in dists:
+                dists[dist_json] = json_to_distribution(dist_json)
+            dist = dists[dist_json]
+            by_id[tid].params[name] = dist.to_external_repr(value)
+        u = m.TrialUserAttributeModel.__table__
+        q = sa.select(u.c.trial_id, u.c.key, u.c.value_json).where(u.c.trial_id.in_(ids))
+        if user_keys is not None:
+            q = q.where(u.c.key.in_(user_keys))
+        for tid, key, value_json in conn.execute(q):
+            by_id[tid].user_attrs[key] = json.loads(value_json)
+        s = m.TrialSystemAttributeModel.__table__
+        q = sa.select(s.c.trial_id, s.c.key, s.c.value_json).where(
+            s.c.trial_id.in_(ids), s.c.key.like(f"{_CONSTRAINTS}%")
+        )
+        for tid, key, value_json in conn.execute(q):
+            by_id[tid].constraint_attrs[key] = json.loads(value_json)
+    return sorted(by_id.values(), key=lambda tr: tr.number)
+
+
+def _state(stored: Any) -> Any:
+    from optuna.trial import TrialState
+
+    return stored if isinstance(stored, TrialState) else TrialState[str(stored)]
+
+
+def _vtype(stored: Any) -> Any:
+    from optuna.storages._rdb import models as m
+
+    kind = m.TrialValueModel.TrialValueType
+    return stored if isinstance(stored, kind) else kind[str(stored)]
+
+
+def speed_up(study: Any) -> None:
+    """The driver's study reads its new and running trials with plain SELECTs.
+
+    Optuna's caching storage re-reads a study's unfinished trials and the new ones before each
+    ask and each pruning decision (`RDBStorage._get_trials`): six ORM queries with
+    `selectinload`, about 8 ms a read on a loaded 2-CPU machine, twice per trial. The same five
+    tables read with SQLAlchemy Core build the same FrozenTrials (`Optuna's
+    _build_frozen_trial_from_trial_model` field by field). `tell` reads the running trial back
+    the same way (`RDBStorage.get_trial`). Other storages are left alone."""
+    import optuna
+
+    backend = getattr(study._storage, "_backend", None)
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        return
+    from sweeps.search.outage import outage_tolerant
+
+    def get_trials(sid: int, states: Any, included_trial_ids: set[int], trial_id_greater_than: int):
+        return frozen_trials(backend.engine, sid, states, included_trial_ids, trial_id_greater_than)
+
+    def get_trial(trial_id: int) -> Any:  # a running trial's read-back, as `tell` does
+        from optuna.storages._rdb import models
+
+        got = frozen_trials(backend.engine, None, None, set(), -1, trial_id)
+        if not got:
+            raise KeyError(models.NOT_FOUND_MSG)
+        return got[0]
+
+    url = str(backend.engine.url)
+    backend._get_trials = outage_tolerant(get_trials, url)
+    backend.get_trial = outage_tolerant(get_trial, url)
+
+
+def frozen_trials(
+    engine: Any,
+    sid: int | None,
+    states: Any,
+    included: set[int],
+    greater_than: int,
+    trial_id: int | None = None,
+) -> list[Any]:
+    """`RDBStorage._get_trials(sid, states, included_trial_ids, trial_id_greater_than)`, or
+    the one trial `trial_id` (`RDBStorage.get_trial`)."""
+    import sqlalchemy as sa
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models as m
+
+    included = {i for i in included if i <= greater_than}
+    t = m.TrialModel.__table__
+    q = sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete)
+    if trial_id is not None:
+        q = q.where(t.c.trial_id == trial_id)
+    if sid is not None:
+        q = q.where(t.c.study_id == sid)
+    if states is not None:
+        q = q.where(t.c.state.in_(list(states)))
+    if included and greater_than > -1:
+        q = q.where(sa.or_(t.c.trial_id.in_(included), t.c.trial_id > greater_than))
+    elif greater_than > -1:
+        q = q.where(t.c.trial_id > greater_than)
+    with engine.connect() as conn:
+        rows = conn.execute(q.order_by(t.c.trial_id)).all()
+        if not rows:
+            return []
+        ids = [r[0] for r in rows]
+        parts = {tid: ([], {}, {}, {}, {}) for tid in ids}  # values, params, user, system, steps
+        v = m.TrialValueModel.__table__
+        for tid, obj, val, vt in conn.execute(
+            sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
+            .where(v.c.trial_id.in_(ids))
+            .order_by(v.c.objective)
+        ):
+            parts[tid][0].append((obj, m.TrialValueModel.stored_repr_to_value(val, _vtype(vt))))
+        p = m.TrialParamModel.__table__
+        dists: dict[str, Any] = {}
+        for tid, name, val, dj in conn.execute(
+            sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
+            .where(p.c.trial_id.in_(ids))
+            .order_by(p.c.param_id)
+        ):
+            if dj not in dists:
+                dists[dj] = json_to_distribution(dj)
+            parts[tid][1][name] = (dists[dj], val)
+        for model, slot in ((m.TrialUserAttributeModel, 2), (m.TrialSystemAttributeModel, 3)):
+            a = model.__table__
+            q = sa.select(a.c.trial_id, a.c.key, a.c.value_json).where(a.c.trial_id.in_(ids))
+            for tid, key, vj in conn.execute(q):
+                parts[tid][slot][key] = json.loads(vj)
+        iv = m.TrialIntermediateValueModel.__table__
+        ivm = m.TrialIntermediateValueModel
+        for tid, step, val, vt in conn.execute(
+            sa.select(iv.c.trial_id, iv.c.step, iv.c.intermediate_value,
+                      iv.c.intermediate_value_type).where(iv.c.trial_id.in_(ids))
+        ):  # fmt: skip
+            parts[tid][4][step] = ivm.stored_repr_to_intermediate_value(val, _ivtype(vt))
+    return _frozen(rows, parts)
+
+
+def _frozen(rows: list[Any], parts: dict[int, tuple[Any, ...]]) -> list[Any]:
+    from optuna.trial import FrozenTrial
+
+    out = []
+    for tid, number, state, start, end in rows:
+        vals, params, user, system, steps = parts[tid]
+        values = [0.0] * len(vals) if vals else None
+        for obj, val in vals:
+            values[obj] = val  # type: ignore[index]
+        out.append(
+            FrozenTrial(
+                number=number,
+                state=_state(state),
+                value=None,
+                values=values,
+                datetime_start=_local(start),
+                datetime_complete=_local(end),
+                params={k: d.to_external_repr(x) for k, (d, x) in params.items()},
+                distributions={k: d for k, (d, _) in params.items()},
+                user_attrs=user,
+                system_attrs=system,
+                intermediate_values=steps,
+                trial_id=tid,
+            )
+        )
+    return out
+
+
+def _ivtype(stored: Any) -> Any:
+    from optuna.storages._rdb import models as m
+
+    kind = m.TrialIntermediateValueModel.TrialIntermediateValueType
+    return stored if isinstance(stored, kind) else kind[str(stored)]

@@ -1,0 +1,87 @@
+"""`show` and `ls` read a study's trials in bulk (sweeps/search/bulk.py): the same document as
+from Optuna's own `get_trials`, on a real SQLite study with every kind of trial. No Ray."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from sweeps import queries
+from sweeps.search import bulk
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+D = {
+    "lr": FloatDistribution(1e-4, 1e-1, log=True),
+    "hidden": IntDistribution(32, 256, step=32),
+    "opt": CategoricalDistribution(["adamw", "sgd", None]),
+}
+
+
+def _fill(study) -> None:
+    p = {"lr": 0.01, "hidden": 64, "opt": "sgd"}
+    study.add_trials(
+        [
+            create_trial(params=p, distributions=D, value=0.5, user_attrs={"cost_usd": 0.1}),
+            create_trial(params={**p, "opt": None}, distributions=D, value=math.inf),
+            create_trial(
+                params={**p, "hidden": 96},
+                distributions=D,
+                value=0.9,
+                system_attrs={"constraints": [1.0]},  # infeasible: never the best
+                user_attrs={"duration_s": 2.0, "mlflow_run_id": "r1"},
+            ),
+            create_trial(
+                state=TrialState.PRUNED, params=p, distributions=D, intermediate_values={0: 0.2}
+            ),  # fmt: skip
+            create_trial(state=TrialState.FAIL, user_attrs={"sweeps.error": "boom"}),
+        ]
+    )
+    t = study.ask()
+    t.suggest_float("lr", 1e-4, 1e-1, log=True)
+    study.set_user_attr("sweeps.wall_s", 12.5)
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_show_and_ls_match_optunas_own_read(tmp_path, monkeypatch, direction):
+    url = f"sqlite:///{tmp_path}/o.db"
+    study = optuna.create_study(study_name="b", storage=url, direction=direction)
+    _fill(study)
+    monkeypatch.setattr(queries.time, "time", lambda: 2e9)
+    fast_show, fast_ls = queries.show("b", url), queries.ls(url)
+    light = bulk.trials(optuna.load_study(study_name="b", storage=url))
+    assert all(isinstance(t, bulk.LightTrial) for t in light), "the bulk path ran"
+    monkeypatch.setattr(bulk, "trials", lambda s, keys=None: s.get_trials(deepcopy=False))
+    assert queries.show("b", url) == fast_show
+    assert queries.ls(url) == fast_ls
+    assert fast_show["best"]["number"] == (0 if direction == "minimize" else 1)
+    assert fast_show["trials"][2]["infeasible"] == ["0"]
+
+
+def test_the_drivers_incremental_reads_build_optunas_frozen_trials(tmp_path):
+    url = f"sqlite:///{tmp_path}/o.db"
+    study = optuna.create_study(study_name="f", storage=url, directions=["minimize"])
+    _fill(study)
+    trial = study.ask()
+    trial.report(float("nan"), 0)
+    trial.report(float("-inf"), 1)
+    trial.set_user_attr("k", [1, "x"])
+    backend = study._storage._backend
+    theirs = backend._get_trials(study._study_id, None, set(), -1)
+    ours = bulk.frozen_trials(backend.engine, study._study_id, None, set(), -1)
+    assert repr(ours) == repr(theirs) and len(ours) == 7
+    some = bulk.frozen_trials(backend.engine, study._study_id, None, {ours[5]._trial_id}, 5)
+    assert [t.number for t in some] == [5, 6], "the running one asked for and the new one"
+    done = bulk.frozen_trials(backend.engine, study._study_id, [TrialState.COMPLETE], set(), -1)
+    assert [t.number for t in done] == [0, 1, 2]
+    (one,) = bulk.frozen_trials(backend.engine, None, None, set(), -1, ours[5]._trial_id)
+    assert repr(one) == repr(backend.get_trial(ours[5]._trial_id))
+    sped = optuna.load_study(study_name="f", storage=url)
+    bulk.speed_up(sped)
+    assert repr(sped.get_trials()) == repr(theirs)
+    assert repr(sped._storage.get_trial(ours[5]._trial_id)) == repr(one)
+    with pytest.raises(KeyError):
+        sped._storage._backend.get_trial(10_000)
