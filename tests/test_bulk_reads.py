@@ -55,7 +55,12 @@ def test_show_and_ls_match_optunas_own_read(tmp_path, monkeypatch, direction):
     light = bulk.trials(optuna.load_study(study_name="b", storage=url))
     assert all(isinstance(t, bulk.LightTrial) for t in light), "the bulk path ran"
     monkeypatch.setattr(bulk, "trials", lambda s, keys=None: s.get_trials(deepcopy=False))
-    assert queries.show("b", url) == fast_show
+    slow = queries.show("b", url)
+    assert slow == fast_show
+    # in the order they were suggested, as Optuna gives them (show and the summary print them)
+    assert [list(t["params"]) for t in slow["trials"]] == [
+        list(t["params"]) for t in fast_show["trials"]
+    ]
     assert queries.ls(url) == fast_ls
     assert fast_show["best"]["number"] == (0 if direction == "minimize" else 1)
     assert fast_show["trials"][2]["infeasible"] == ["0"]

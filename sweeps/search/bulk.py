@@ -96,7 +96,8 @@ def _read(engine: Any, sid: int, user_keys: tuple[str, ...] | None) -> list[Ligh
         p = m.TrialParamModel.__table__
         q = sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
         dists: dict[str, Any] = {}
-        for tid, name, value, dist_json in conn.execute(q.where(p.c.trial_id.in_(ids))):
+        rows = conn.execute(q.where(p.c.trial_id.in_(ids)).order_by(p.c.param_id))
+        for tid, name, value, dist_json in rows:  # in the order they were suggested
             if dist_json not in dists:
                 dists[dist_json] = json_to_distribution(dist_json)
             dist = dists[dist_json]
