@@ -75,6 +75,17 @@ def _job_env(local: bool, spec: Spec) -> dict[str, str]:
     return env
 
 
+def _check_owner(spec: Spec, env: dict[str, str]) -> None:
+    """The owner is the user a basic-auth MLflow server authenticates (wrong ones: exit 2)."""
+    from tracking.whoami import checked_user
+
+    uri = env.get("MLFLOW_TRACKING_URI") or paths.tracking_uri(spec.tracking.uri)
+    user = env.get("MLFLOW_TRACKING_USERNAME")
+    who = checked_user(uri, user, env.get("MLFLOW_TRACKING_PASSWORD"))
+    if who:
+        env[identity.OWNER_ENV] = who
+
+
 def _working_dir(spec: Spec, env: dict[str, str], parent: str | None = None) -> str:
     """A folder with the spec, the user's code and the env file (owner-only)."""
     if parent:
@@ -101,6 +112,7 @@ def submit(spec: Spec, address: str | None = None) -> dict[str, Any]:
     local = not (address or os.environ.get("RAY_ADDRESS"))
     url, auth = service.resolve(address)
     env = _job_env(local, spec)
+    _check_owner(spec, env)
     job_id = f"sweeps-{spec.name}-{uuid.uuid4().hex[:6]}"
     if local and not spec.trainer.code_dir:
         return _submit_here(spec, env, job_id, url, auth)

@@ -121,3 +121,34 @@ def test_ls_and_show_name_the_owner(alices):
     assert code == 0 and "owner" in text.splitlines()[1] and " alice " in text, text
     code, text = _cli("bob", "show", "quickstart")
     assert code == 0 and "quickstart (queued; alice of team vision)" in text, text
+
+
+def test_the_team_stack_owner_is_the_user_mlflow_authenticates(tmp_path):
+    """A real MLflow server with basic-auth: the user it says the credentials are; wrong
+    credentials are one line (exit 2); a server without basic-auth leaves the name as given."""
+    from mlflow.server.auth.client import AuthServiceClient
+    from services import start_mlflow_server
+
+    from tracking.whoami import checked_user
+
+    server = start_mlflow_server(f"sqlite:///{tmp_path}/s.db", str(tmp_path / "a"), auth=True)
+    try:
+        import os
+
+        os.environ["MLFLOW_TRACKING_USERNAME"] = server.username
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = server.password
+        try:
+            AuthServiceClient(server.url).create_user("bob", "bob-password-123")
+        finally:
+            del os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]
+        assert checked_user(server.url, "bob", "bob-password-123") == "bob"
+        with pytest.raises(SpecError, match=r"refused user 'bob': check MLFLOW_TRACKING_USERNAME"):
+            checked_user(server.url, "bob", "wrong")
+    finally:
+        server.stop()
+    plain = start_mlflow_server(f"sqlite:///{tmp_path}/p.db", str(tmp_path / "b"))
+    try:
+        assert checked_user(plain.url, "bob", "anything") is None
+    finally:
+        plain.stop()
+    assert checked_user(f"sqlite:///{tmp_path}/m.db", "bob", "x") is None
