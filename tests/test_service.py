@@ -389,6 +389,32 @@ def test_a_sweep_the_service_hosts_is_cancelled_and_its_supervisor_ends(svc, mon
     assert "hosted: cancelled" in svc.cli("logs", "hosted", "--driver", "-f").stdout
 
 
+def test_submit_beside_the_service_runs_warm_in_its_zygote(svc, tmp_path):
+    """`sweeps submit` on the service's machine hands itself to the zygote (sweeps/cli/thin.py):
+    the command's own process never imports Optuna, and its output and exit code are the
+    forked command's. SWEEPS_THIN_CLIENT=0 runs it in the process, as before."""
+    qs = str(ROOT / "conf" / "quickstart.yaml")
+    one = ["--trials", "1", "--set", "trainer.epochs=1", "--json"]
+    for name, thin in (("thin", True), ("thick", False)):
+        env = svc.env if thin else {**svc.env, "SWEEPS_THIN_CLIENT": "0"}
+        r = subprocess.run(
+            [sys.executable, "-X", "importtime", *SWEEPS[1:], "submit", qs, "--name", name, *one],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        imported = {
+            ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if "import time:" in ln
+        }
+        assert ("optuna" in imported) is not thin, name
+        assert json.loads(r.stdout)["name"] == name
+        assert svc.wait(name, ("finished", "failed", "stopped"))["state"] == "finished"
+    bad = svc.cli("submit", str(tmp_path / "none.yaml"), check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: spec file not found"), bad.stderr
+
+
 def test_a_client_that_is_no_ray_node_submits_shows_follows_and_cancels(svc, tmp_path):
     env = {
         **{k: v for k, v in svc.env.items() if k != "SWEEPS_HOME"},

@@ -24,6 +24,11 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    from sweeps.cli.thin import delegate
+
+    forked = delegate(sys.argv)  # `submit` beside a local service: its zygote runs it warm
+    if forked is not None:
+        sys.exit(forked)
     quiet("-v" in sys.argv[1:2] or "--verbose" in sys.argv[1:2])
     STANDALONE.append(True)
     try:
