@@ -26,7 +26,7 @@ def delegate(argv: list[str]) -> int | None:
         return None
     if any(a == "--address" or a.startswith("--address=") for a in args):
         return None
-    from sweeps.common import paths
+    from sweeps.common import names, paths
 
     sock = paths.zygote_socket()
     if not sock.exists():
@@ -34,7 +34,7 @@ def delegate(argv: list[str]) -> int | None:
     from sweeps.service import zygote
 
     os.environ[FORKED_ENV] = "1"
-    forked = zygote.spawn(str(sock), "sweeps.cli", args)
+    forked = zygote.spawn(str(sock), names.CLI_MODULE, args)
     if forked is None:
         del os.environ[FORKED_ENV]
         return None

@@ -149,6 +149,7 @@ BUILTIN_ENTRYPOINT = "trainer.loop:train"
 JOBS_MODULE = "sweeps.jobs"  # a submitted sweep's driver: python -m, or forked by the zygote
 ZYGOTE_MODULE = "sweeps.service.zygote"  # the service's driver forker: python -m
 SWEEPHOST_MODULE = "sweeps.service.sweephost"  # a hosted sweep's supervisor, in a zygote fork
+CLI_MODULE = "sweeps.cli"  # `sweeps submit` forked by the zygote (sweeps/cli/thin.py)
 # What the zygote imports before it forks a driver.
 DRIVER_WARM_MODULES = ("sweeps.spec", "sweeps.driver.assemble")
 # Entry points that earlier releases stored in specs, and what they are now.
