@@ -287,8 +287,8 @@ def cancel(
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and liveness.live_drivers(study):
         time.sleep(0.5)
-    if address_used == sweephost.ADDRESS:
-        sweephost.stop(job_id or "")
+    if address_used == sweephost.ADDRESS:  # its driver ends by itself, once it has said so
+        sweephost.stop(job_id or "", wait_s=deadline - time.monotonic())
     elif job_id and service.job_status(job_id, address_used or None) in ("PENDING", "RUNNING"):
         with service.jobs_client(*service.resolve(address_used or None)) as client:
             client.stop_job(job_id)

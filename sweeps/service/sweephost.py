@@ -133,9 +133,13 @@ def status(job_id: str) -> str | None:
     return "RUNNING" if _alive(pid) else ("STOPPED" if (rec / STOPPED).exists() else "FAILED")
 
 
-def stop(job_id: str) -> bool:
-    """SIGTERM to the job's supervisor, which passes it to its driver (as Ray's stop_job)."""
+def stop(job_id: str, wait_s: float = 0.0) -> bool:
+    """SIGTERM to the job's supervisor, which passes it to its driver (as Ray's stop_job),
+    after up to `wait_s` for it to end by itself (a cancelled driver's last lines)."""
     rec = record_dir(job_id)
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and status(job_id) == "RUNNING":
+        time.sleep(0.2)
     pid = _read(rec / PID)
     if not _alive(pid):
         return False
