@@ -291,14 +291,7 @@ def _worst_case(spec: Spec, per_hour: float) -> tuple[float | None, str, float |
             f"{spec.retries.max}; assuming each attempt reports again soon after its limit, "
             "where it ends"
         )
-        if b.max_cost_usd is not None:
-            capped = b.max_cost_usd + min(b.parallel, b.trials) * per_hour * hours
-            if capped < worst:
-                worst = capped
-                basis += (
-                    f"; capped by budget.max_cost_usd ${b.max_cost_usd:g} plus the "
-                    f"{min(b.parallel, b.trials)} trial(s) that may be running when it is crossed"
-                )
+        worst, basis = _capped(spec, per_hour, hours, worst, basis)
     elif hours is not None:
         worst = b.trials * per_hour * hours
         basis = (
@@ -306,20 +299,30 @@ def _worst_case(spec: Spec, per_hour: float) -> tuple[float | None, str, float |
             f"runs longer than budget.timeout_s ({b.timeout_s:g} s; the timeout stops launching, "
             "it does not cut a running trial)"
         )
-        if b.max_cost_usd is not None:
-            capped = b.max_cost_usd + min(b.parallel, b.trials) * per_hour * hours
-            if capped < worst:
-                worst = capped
-                basis += (
-                    f"; capped by budget.max_cost_usd ${b.max_cost_usd:g} plus the "
-                    f"{min(b.parallel, b.trials)} trial(s) that may be running when it is crossed"
-                )
+        worst, basis = _capped(spec, per_hour, hours, worst, basis)
     else:
         basis = (
             "unknown: no bound on a trial's duration (set budget.trial_timeout_s, "
             "budget.timeout_s, or budget.max_cost_usd with hard: true)"
         )
     return worst, basis, hours
+
+
+def _capped(
+    spec: Spec, per_hour: float, hours: float, worst: float, basis: str
+) -> tuple[float, str]:
+    """The worst case capped by a soft `budget.max_cost_usd`: it plus the trials that may be
+    running when spend crosses it."""
+    b = spec.budget
+    if b.max_cost_usd is None:
+        return worst, basis
+    capped = b.max_cost_usd + min(b.parallel, b.trials) * per_hour * hours
+    if capped >= worst:
+        return worst, basis
+    return capped, basis + (
+        f"; capped by budget.max_cost_usd ${b.max_cost_usd:g} plus the "
+        f"{min(b.parallel, b.trials)} trial(s) that may be running when it is crossed"
+    )
 
 
 def cost_line(facts: dict[str, Any]) -> str:
