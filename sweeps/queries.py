@@ -15,6 +15,7 @@ from sweeps.common import figures, names, paths
 from sweeps.common.errors import NotFoundError
 from sweeps.search import bulk
 from sweeps.search.constraints import best_feasible, violated
+from sweeps.search.replicated import best_by_replicates, replicate_means
 from sweeps.search.study import run_id_of
 
 
@@ -67,15 +68,31 @@ def _counts(trials: list[Any]) -> dict[str, int]:
 def _best(study: Any, trials: list[Any]) -> dict[str, Any] | None:
     if len(study.directions) != 1 or not any(t.state.name == "COMPLETE" for t in trials):
         return None
-    b = best_feasible(trials, study.direction.name == "MAXIMIZE")
+    maximize = study.direction.name == "MAXIMIZE"
+    attrs = study.user_attrs
+    b = best_by_replicates(attrs, trials, maximize) or best_feasible(trials, maximize)
     if b is None:
         return None
+    rep = replicate_means(attrs).get(b.number)
     return {
         "number": b.number,
         "value": b.value,
         "params": b.params,
-        "mlflow_run_id": run_id_of(study.user_attrs, b),
+        "mlflow_run_id": run_id_of(attrs, b),
+        # Ranked by its replicates' mean once there are any: mean, interval, n.
+        "replicates": _interval(rep) if rep else None,
     }
+
+
+def _replicated(attrs: dict[str, Any], maximize: bool) -> list[dict[str, Any]]:
+    """Each replicated configuration's mean and interval, best mean first."""
+    means = replicate_means(attrs)
+    order = sorted(means, key=lambda n: ((-1 if maximize else 1) * means[n]["mean"], n))
+    return [{"number": n, **_interval(means[n])} for n in order]
+
+
+def _interval(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec.get(k) for k in ("mean", "ci95_low", "ci95_high", "n")}
 
 
 def _started(t: Any) -> float | None:
@@ -130,6 +147,7 @@ def describe(study: Any) -> dict[str, Any]:
         "objective": attrs.get(names.OBJECTIVE),
         "direction": study.directions[0].name.lower(),
         "best": _best(study, trials),
+        "replicated": _replicated(attrs, study.direction.name == "MAXIMIZE"),
         "counts": _counts(trials),
         **figures_of(attrs, trials, live, time.time()),
         "checkpoint_bytes": attrs.get(names.CHECKPOINT_BYTES),

@@ -53,6 +53,14 @@ def ls_(
     out.print(table)
 
 
+def interval_text(r: dict[str, Any]) -> str:
+    """'0.9512 ± 0.0081 (95% CI, n=5)', or the mean alone where n < 2."""
+    if r.get("ci95_low") is None or r.get("ci95_high") is None:
+        return f"{r['mean']:.4f} (n={r['n']}, no interval)"
+    half = (r["ci95_high"] - r["ci95_low"]) / 2
+    return f"{r['mean']:.4f} ± {half:.4f} (95% CI, n={r['n']})"
+
+
 def _owned(doc: dict) -> str:
     """`; alice of team vision` for a sweep with an owner on record."""
     if not doc.get("owner"):
@@ -109,8 +117,14 @@ def show(
         if t.get("infeasible"):  # broke a constraint: never the best
             line = f"#{t['number']} infeasible: {'; '.join(t['infeasible'])}"
             out.print(line, highlight=False, markup=False)
-    if doc["best"]:
-        out.print(f"best: #{doc['best']['number']} = {fmt(doc['best']['value'])}", highlight=False)
+    for r in doc.get("replicated") or []:  # `evaluate`: ranked by the mean, not one seed
+        out.print(f"replicates of #{r['number']}: {interval_text(r)}", highlight=False)
+    best = doc["best"]
+    if best and best.get("replicates"):
+        line = f"best by replicate mean: #{best['number']} = {interval_text(best['replicates'])}"
+        out.print(f"{line}; its own run {fmt(best['value'])}", highlight=False)
+    elif best:
+        out.print(f"best: #{best['number']} = {fmt(best['value'])}", highlight=False)
     if doc.get("stop_reason"):  # how it ended: "converged: no improvement ... in the last 5 trials"
         out.print(f"ended: {doc['stop_reason']}", highlight=False, markup=False, soft_wrap=True)
     if doc.get("checkpoint_bytes") is not None:  # recorded as trials end (`checkpoints:`)

@@ -13,6 +13,7 @@ from typing import Any
 from sweeps.common import names
 from sweeps.common.errors import NotFoundError, SpecError
 from sweeps.search.constraints import best_feasible, violated
+from sweeps.search.replicated import best_by_replicates
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 _COND = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|<|>)\s*([-+0-9.eE]+)\s*$")
@@ -79,7 +80,8 @@ def pick_trial(study: Any, trial: int | None, select: str | None) -> Any:
             "multi-objective sweep: choose with --select (e.g. 'val_accuracy max; "
             "cost_usd <= 0.05') or --trial N"
         )
-    best = best_feasible(done, study.direction.name == "MAXIMIZE")
+    maximize = study.direction.name == "MAXIMIZE"
+    best = best_by_replicates(study.user_attrs, done, maximize) or best_feasible(done, maximize)
     if best is None:
         raise NotFoundError(f"sweep '{study.study_name}' has no feasible trial to promote")
     return best
