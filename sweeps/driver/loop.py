@@ -23,6 +23,7 @@ from sweeps.driver import convergence, pause, recovery, retries, signals, summar
 from sweeps.driver.book import TrialBook
 from sweeps.driver.define_by_run import DefineByRun
 from sweeps.driver.policies import BudgetPolicy
+from sweeps.driver.quota_watch import QuotaWatch
 from sweeps.driver.replicate_runs import ReplicateRuns
 from sweeps.driver.retainer import Retainer
 from sweeps.driver.running import RunningTrials
@@ -85,6 +86,8 @@ class Driver:
         self.budget.load(recovery.open_sweep(self.ctx, self.driver_id, self.tracker, self.enqueue))
         if self.budget.watch is not None:  # budget.stop_when: the history so far, in order
             self.budget.watch.load(self.study)
+        # Quotas: the team's other sweeps spend from the same one while this runs.
+        self.budget.quota = QuotaWatch.started(self.storage_url, self.ctx.owner, self.ctx.team)
         self.observers.sweep_start(self.ctx)
         if self.install_signals:  # Ctrl-C drains, then cancels; SIGTERM cancels at once
             self._restore = signals.install(self.interrupt, self.terminate)
@@ -360,6 +363,7 @@ class Driver:
 
     def finish(self) -> SweepOutcome:
         timeline.mark("sweep.finishing")
+        self.budget.stop_watching()
         for rec in self.pool.drop_parked():
             self.book.drop(rec)
         self.book.finish_late(all_=True)

@@ -62,6 +62,7 @@ class BudgetPolicy:
         stop_when = spec.budget.stop_when if self.single else None
         self.watch = Watch(stop_when, self.maximize) if stop_when is not None else None
         self.converged: Converged | None = None  # why the search ended early, with evidence
+        self.quota: Any = None  # quota_watch.QuotaWatch, where a quota applies
 
     def load(self, finished: list[tuple[float, float, float | None]]) -> None:
         """What earlier drivers spent on this study counts against the same budget:
@@ -144,11 +145,17 @@ class BudgetPolicy:
         """The limits crossed now: wall time, and (budget.hard) spend including running
         trials; `live_spend()` is asked only when a hard limit is set."""
         out = [d for d in (self.timed_out(elapsed_s),) if d is not None]
+        if self.quota is not None and self.quota.line:  # spent, by this sweep and its team's
+            out.append(LaunchDecision(False, self.quota.line, ends_as=Ending.STOPPED))
         if self.budget.hard:
             over = self.hard_crossed(*live_spend())
             if over is not None:
                 out.append(over)
         return out
+
+    def stop_watching(self) -> None:
+        if self.quota is not None:
+            self.quota.stop()
 
 
 class FailurePolicy:
