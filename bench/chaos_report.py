@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/chaos_report.py [--out bench/RESULTS.md] [--only node-lost]
 
-`--only node-lost` runs that fault alone and merges its row into the table already in `--out`.
+`--only node-lost` runs that fault alone and merges its row into the table already in `--out`;
+`--only retries` and `--only checkpoints` (full disk, torn checkpoint, pause; then the retries'
+rows) do the same with theirs.
 
 Prints: fault, times injected, survived, trials lost, runs left RUNNING. A trial is lost when a
 finished Optuna trial has no closed MLflow run (or a COMPLETE one vanished); "left RUNNING"
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BYO = ROOT / "tests" / "byo"
 sys.path.insert(0, str(ROOT))
 
+from bench.chaos_checkpoints import checkpoint_rows  # noqa: E402
 from bench.chaos_retries import retry_rows  # noqa: E402
 
 
@@ -163,7 +166,7 @@ def merge_row(path: str, row: tuple, only: str = "node-lost") -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--only", choices=["node-lost", "retries"])
+    ap.add_argument("--only", choices=["node-lost", "retries", "checkpoints"])
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sweeps-chaos-"))
 
@@ -173,7 +176,12 @@ def main() -> None:
         return h
 
     if args.only:
-        only = [node_lost(base)] if args.only == "node-lost" else retry_rows(home, cli, audit)
+        if args.only == "node-lost":
+            only = [node_lost(base)]
+        elif args.only == "checkpoints":
+            only = checkpoint_rows(home, cli, audit) + retry_rows(home, cli, audit)
+        else:
+            only = retry_rows(home, cli, audit)
         for row in only:
             print("| " + " | ".join(str(x) for x in row) + " |")
             if args.out:
@@ -199,6 +207,7 @@ def main() -> None:
     rows.append(("worker killed", 3, c.get("COMPLETE", 0), lost, left))
 
     rows += retry_rows(home, cli, audit)  # a killed worker retried; a trial timed out
+    rows += checkpoint_rows(home, cli, audit)  # full disk, torn checkpoint, pause and resume
 
     # 2. exception in user code, 3. NaN loss
     h = home("error")

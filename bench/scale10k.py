@@ -10,6 +10,8 @@ MLflow: SQLite files under SWEEPS_HOME, or two databases of the PostgreSQL serve
         [--profile DIR] [--out bench/RESULTS.md]
 
 `--profile DIR` writes a cProfile of each store's driver (`python -m pstats DIR/sqlite.prof`).
+`--heap DIR` writes the driver's heap 50 trials before the end (tracemalloc, 3 frames; slows
+the run): DIR/STORE.heap.txt, the 40 biggest allocation sites, with the RSS then.
 """
 
 from __future__ import annotations
@@ -50,19 +52,45 @@ def _spec(name: str, trials: int) -> Any:
     )
 
 
-def _timed_asks(record: list[tuple[int, float]]) -> None:
-    """Each `TrialBook.ask` (claim, sample, suggest): its duration, by trial number."""
+def _timed_asks(
+    record: list[tuple[int, float]], rss: dict[str, float], heap_at: int = -1, heap_to: str = ""
+) -> None:
+    """Each `TrialBook.ask` (claim, sample, suggest): its duration, by trial number; the
+    driver's RSS every 1,000 trials (what grows with the count); at trial `heap_at`, the heap
+    written to `heap_to`."""
+    import psutil
+
     from sweeps.driver.book import TrialBook
 
     inner = TrialBook.ask
+    proc = psutil.Process()
 
     def ask(self: Any) -> Any:
         t0 = time.perf_counter()
         rec = inner(self)
         record.append((rec.number, time.perf_counter() - t0))
+        if rec.number % 1000 == 0:
+            rss[str(rec.number)] = round(proc.memory_info().rss / 2**20)
+        if rec.number == heap_at:
+            _write_heap(heap_to)
         return rec
 
     TrialBook.ask = ask  # type: ignore[method-assign]
+
+
+def _write_heap(path: str) -> None:
+    import tracemalloc
+
+    import psutil
+
+    snap = tracemalloc.take_snapshot()
+    stats = snap.statistics("traceback")
+    lines = [f"rss {psutil.Process().memory_info().rss / 2**20:.0f} MB, traced "
+             f"{sum(s.size for s in stats) / 2**20:.0f} MB"]  # fmt: skip
+    for st in stats[:40]:
+        lines.append(f"{st.size / 2**20:8.1f} MB {st.count:9d} blocks")
+        lines += [f"    {f.filename}:{f.lineno}" for f in st.traceback]
+    Path(path).write_text("\n".join(lines) + "\n")
 
 
 def _cli(*args: str) -> tuple[float, str]:
@@ -76,7 +104,7 @@ def _cli(*args: str) -> tuple[float, str]:
     return wall, r.stdout
 
 
-def one(store: str, trials: int, profile: str | None) -> dict[str, Any]:
+def one(store: str, trials: int, profile: str | None, heap: str | None = None) -> dict[str, Any]:
     """One store's figures (run in a child process: SWEEPS_HOME and the URLs come in env)."""
     import psutil
 
@@ -85,7 +113,14 @@ def one(store: str, trials: int, profile: str | None) -> dict[str, Any]:
 
     ensure_ray()
     asks: list[tuple[int, float]] = []
-    _timed_asks(asks)
+    rss: dict[str, float] = {}
+    if heap:
+        import tracemalloc
+
+        tracemalloc.start(3)
+        _timed_asks(asks, rss, max(0, trials - 50), os.path.join(heap, f"{store}.heap.txt"))
+    else:
+        _timed_asks(asks, rss)
     proc = psutil.Process()
     peak = [proc.memory_info().rss]
     done = threading.Event()
@@ -122,6 +157,7 @@ def one(store: str, trials: int, profile: str | None) -> dict[str, Any]:
         "state": out.state,
         "wall_s": wall,
         "peak_mb": max(peak) / 2**20,
+        "rss_mb_at_trial": rss,
         "blocking_ms": out.tracking_blocking_s / trials * 1000,
         "ask_ms": ask_ms,
         "ask_total_s": sum(d for _, d in asks),
@@ -134,6 +170,8 @@ def _child(store: str, env: dict[str, str], args: argparse.Namespace) -> dict[st
     cmd = [sys.executable, __file__, "--one", store, "--trials", str(args.trials)]
     if args.profile:
         cmd += ["--profile", args.profile]
+    if args.heap:
+        cmd += ["--heap", args.heap]
     r = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"{store}: exit {r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -147,15 +185,17 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=10000)
     ap.add_argument("--stores", default="sqlite,postgres")
     ap.add_argument("--profile")
+    ap.add_argument("--heap")
     ap.add_argument("--out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.trials, args.profile)))
+        print(json.dumps(one(args.one, args.trials, args.profile, args.heap)))
         return
     stores = args.stores.split(",")
-    if args.profile:
-        os.makedirs(args.profile, exist_ok=True)
+    for folder in (args.profile, args.heap):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
     figures: dict[str, dict[str, Any]] = {}
     t0 = time.time()
     for store in stores:

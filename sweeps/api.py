@@ -165,6 +165,13 @@ def submit(spec: Spec, address: str | None = None, allow_partial: bool = False) 
     return _submit(spec, address)
 
 
+def queue() -> dict[str, Any]:
+    """The service's sweeps as its fair-share arbiter sees them (`sweeps queue`)."""
+    from sweeps.driver.arbitration import service_queue
+
+    return service_queue()
+
+
 def usage(
     storage_url: str | None = None, period: str = "month", team: str | None = None
 ) -> dict[str, Any]:

@@ -54,6 +54,7 @@ PASS_ENV = (
     "STORAGE_EMULATOR_HOST",
     "GOOGLE_APPLICATION_CREDENTIALS",
     "SWEEPS_LANE_IDLE_S",
+    "SWEEPS_PRIORITY",  # `submit --priority`: the sweep's fair-share tier (driver/arbitration)
     "SWEEPS_DRIVER_RESTARTS",
     "SWEEPS_RAY_PATH",  # private (fast) or public Ray Train path for the lanes
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
@@ -166,8 +167,7 @@ def _submit_here(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    # Recorded after the request, while Ray starts the job (~1 s): the two overlap. A driver
-    # already up is shown `running` whatever this writes (its heartbeat wins in `sweep_state`).
+    # Recorded after the request, while Ray starts the job (~1 s): a live driver's beat wins.
     try:
         _record_submission(spec, env, job_id, url)
     except BaseException:

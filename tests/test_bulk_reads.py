@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 
 from sweeps import queries
-from sweeps.search import bulk
+from sweeps.search import bulk, reader
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 D = {
@@ -54,7 +54,9 @@ def test_show_and_ls_match_optunas_own_read(tmp_path, monkeypatch, direction):
     fast_show, fast_ls = queries.show("b", url), queries.ls(url)
     light = bulk.trials(optuna.load_study(study_name="b", storage=url))
     assert all(isinstance(t, bulk.LightTrial) for t in light), "the bulk path ran"
-    monkeypatch.setattr(bulk, "trials", lambda s, keys=None: s.get_trials(deepcopy=False))
+    # Optuna's own path: its study (`reader` without its light store) and its trials.
+    monkeypatch.setattr(reader, "_light", lambda url: None)
+    monkeypatch.setattr(bulk, "trials", lambda s, *a, **kw: s.get_trials(deepcopy=False))
     slow = queries.show("b", url)
     assert slow == fast_show
     # in the order they were suggested, as Optuna gives them (show and the summary print them)

@@ -218,6 +218,29 @@ def test_up_is_idempotent_and_the_jobs_api_wants_the_token(svc):
         service.RestJobs(svc.info["jobs_api"], str(wrong)).submit_job(entrypoint="echo never")
 
 
+def test_a_second_service_on_the_same_stores_refuses_and_leaves_the_first_alone(svc, tmp_path):
+    """Two `sweeps up` (two SWEEPS_HOME) on one Optuna store and MLflow backend: the second
+    stops in one line naming the first (where it runs, since when), exit 2, starting nothing;
+    the first keeps its claim and answers (issue 31)."""
+    record = svc.home / "service" / "service.json"
+    before = record.read_text()
+    env = {**svc.env, "SWEEPS_HOME": str(tmp_path)}
+    env.update(SWEEPS_STORAGE=svc.storage, MLFLOW_TRACKING_URI=svc.tracking)
+    r = subprocess.run([*SWEEPS, *up_args()], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    (line,) = r.stderr.strip().splitlines()
+    first = json.loads(before)["claim_pid"]
+    assert f"store {svc.home}/optuna.db is claimed by the sweeps service of {svc.home} on " in line
+    assert f"(pid {first}), up since " in line, line
+    assert not (tmp_path / "service" / "service.json").exists()
+    assert not (tmp_path / "service" / "ray.log").exists(), "nothing of the second started"
+    assert record.read_text() == before and daemons.alive(first)
+    claimed = json.loads((svc.home / "optuna.db.sweeps-service").read_text())
+    assert claimed["home"] == str(svc.home)
+    token = Path(svc.info["token_file"]).read_text().strip()
+    assert _get(svc.info["jobs_api"] + "/api/jobs/", token) == 200
+
+
 def test_a_submitted_sweep_outlives_the_process_that_submitted_it(svc):
     client = subprocess.Popen(
         [
@@ -484,4 +507,4 @@ def test_zz_down_stops_what_up_started_and_nothing_else(svc, tmp_path):
 
 def _service_pids(home: Path) -> list[int]:
     raw = json.loads((home / "service" / "service.json").read_text())
-    return [p for p in (raw.get("ray_pid"), raw.get("mlflow_pid")) if p]
+    return [p for p in (raw.get("ray_pid"), raw.get("mlflow_pid"), raw.get("claim_pid")) if p]

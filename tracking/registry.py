@@ -234,6 +234,8 @@ def _version_tags(
     scaling = input_scaling_of(run)
     if scaling is not None:
         tags[names.INPUT_SCALING] = json.dumps(scaling)
+    if names.PBT_SCHEDULE in t.user_attrs:  # `search: pbt`: the member's params over time
+        tags[names.PBT_SCHEDULE] = str(t.user_attrs[names.PBT_SCHEDULE])[:5000]
     # How the model was saved: pickle means loading it runs its code; files are not loadable.
     tags[FORMAT_TAG] = "files" if files else run.data.tags.get(FORMAT_TAG, "")
     return tags

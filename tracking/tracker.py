@@ -31,10 +31,10 @@ STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLE
 
 class MLflowTracker(SweepRun):
     def __init__(
-        self, tracking_uri: str, artifact_root: str | None = None, process: bool = False
+        self, tracking_uri: str, artifact_root: str | None = None, process: Any = False
     ) -> None:
         """`process`: the trials' writes run in a child process of their own (see
-        `tracking.writer_proc`) instead of this process's writer thread."""
+        `tracking.writer_proc`; a callable: how it is forked) instead of this process's thread."""
         self.uri = tracking_uri
         self.artifact_root = artifact_root
         self._client: Any = None
@@ -54,7 +54,8 @@ class MLflowTracker(SweepRun):
         if process:
             from tracking.writer_proc import RemoteWriter
 
-            self.remote = RemoteWriter(tracking_uri, artifact_root, self._linked)
+            fork = process if callable(process) else None
+            self.remote = RemoteWriter(tracking_uri, artifact_root, self._linked, fork)
 
     @property
     def client(self) -> Any:

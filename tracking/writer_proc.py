@@ -55,10 +55,18 @@ class RemoteWriter:
     """The driver's end: sends writes to the child, receives created runs and replies."""
 
     def __init__(
-        self, uri: str, artifact_root: str | None, on_created: Callable[[int, str], None]
+        self,
+        uri: str,
+        artifact_root: str | None,
+        on_created: Callable[[int, str], None],
+        fork: Any = None,
     ) -> None:
+        """`fork`: how a driver forked by the service's zygote has the zygote fork the writer
+        too, its imports done (tracking.writer_fork); else, or if that fails, a new process."""
+        from tracking import writer_fork
+
         self.on_created = on_created
-        self.proc = subprocess.Popen(
+        self.proc: Any = writer_fork.start(fork, uri, artifact_root) or subprocess.Popen(
             [sys.executable, "-c", _BOOT, json.dumps(sys.path), uri, artifact_root or ""],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

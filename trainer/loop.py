@@ -244,7 +244,11 @@ def _resume(
         return 0
     state = torch.load(os.path.join(resume, "state.pt"), map_location=device)
     base.load_state_dict(state["model"])
+    fresh = [dict(g) for g in opt.param_groups]  # made from this trial's config
     opt.load_state_dict(state["optimizer"])
+    if sched is None:  # the config's lr etc. win over the checkpoint's (PBT perturbs them)
+        for group, made in zip(opt.param_groups, fresh, strict=True):
+            group.update({k: made[k] for k in ("lr", "weight_decay", "momentum") if k in made})
     if sched is not None and state["scheduler"] is not None:
         sched.load_state_dict(state["scheduler"])
     return int(state["epoch"])

@@ -17,7 +17,7 @@ from sweeps.cli._app import STANDALONE, app, err, quiet
 from sweeps.common.errors import SweepsError, one_line
 
 # Each module registers its commands on `app`; this order is the order of `sweeps --help`.
-for _module in ("run", "extend", "service", "browse", "team", "registry", "ops"):
+for _module in ("run", "extend", "service", "queue", "browse", "team", "registry", "ops"):
     importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from sweeps.cli._app import app, err, fmt, out
+from sweeps.cli.tables import print_table
 
 STORAGE = typer.Option(None, "--storage", help="Optuna storage URL (default: embedded).")
 
@@ -22,35 +23,27 @@ def ls_(
 ) -> None:
     """List sweeps: state, trials by state, best value, cost, wall time (command start to end,
     set-up included) and the trials' own time."""
-    from sweeps import api
+    from sweeps import queries  # what `api.ls` is, without the spec models `api` imports
 
-    rows = api.ls(storage)
+    rows = queries.ls(storage)
     if as_json:
-        print(api.dumps(rows))
+        print(json.dumps(rows, indent=2, default=str))  # as `api.dumps`
         return
-    table = Table(
-        "sweep",
-        "state",
-        "owner",
-        *STATE_WORDS.values(),
-        "best",
-        "cost $",
-        "wall s",
-        "trial s",
-    )
-    for r in rows:
-        t = r["trials"]
-        table.add_row(
+    headers = ["sweep", "state", "owner", *STATE_WORDS.values(), "best", "cost $", "wall s"]
+    cells = [
+        [
             r["name"],
             r["state"],
             r.get("owner") or "-",
-            *(str(t.get(k, 0)) for k in STATE_WORDS),
+            *(str(r["trials"].get(k, 0)) for k in STATE_WORDS),
             fmt(r["best"]),
             fmt(r["cost_usd"]),
             fmt(r["wall_s"]),
             fmt(r["trial_s"]),
-        )
-    out.print(table)
+        ]
+        for r in rows
+    ]
+    print_table(out, [*headers, "trial s"], cells)  # rich's look, line by line (`cli.tables`)
 
 
 def interval_text(r: dict[str, Any]) -> str:
@@ -79,32 +72,26 @@ def show(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """One sweep: every trial with its state, value, params and MLflow run."""
-    from sweeps import api
+    from sweeps import queries  # what `api.show` is, without the spec models `api` imports
     from sweeps.common.errors import error_summary
 
-    doc = api.show(name, storage)
+    doc = queries.show(name, storage)
     if as_json:
-        print(api.dumps(doc))
+        print(json.dumps(doc, indent=2, default=str))  # as `api.dumps`
         return
-    table = Table(
-        "#",
-        "state",
-        doc["objective"] or "value",
-        "params",
-        "s",
-        "mlflow run",
-        title=f"{name} ({doc['state']}{_owned(doc)})",
-    )
-    for t in doc["trials"]:
-        table.add_row(
+    cells = [
+        [
             str(t["number"]),
             t["state"],
             fmt(t["value"]),
             json.dumps(t["params"]),
             fmt(t["duration_s"]),
             (t["mlflow_run_id"] or "-")[:12],
-        )
-    out.print(table)
+        ]
+        for t in doc["trials"]
+    ]
+    headers = ["#", "state", doc["objective"] or "value", "params", "s", "mlflow run"]
+    print_table(out, headers, cells, f"{name} ({doc['state']}{_owned(doc)})")  # 10,000 rows: < 1 s
     for t in doc["trials"]:
         if t.get("retry_of") is not None:  # a retry: which attempt of whose params
             line = f"#{t['number']} attempt {t['attempt']}, retrying #{t['retry_of']}"

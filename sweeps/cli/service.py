@@ -55,13 +55,18 @@ def submit(
     address: str | None = ADDRESS,
     as_json: bool = typer.Option(False, "--json", help="Print {name, job_id, address}."),
     allow_partial: bool = ALLOW_PARTIAL,
+    priority: str = typer.Option(
+        "normal", "--priority", help="high, normal or low: its tier in the service's fair share."
+    ),
 ) -> None:
     """Submit a sweep to the service and return: it goes on when this terminal closes."""
     from sweeps import api
     from sweeps.common import paths
     from sweeps.common.errors import ServiceError
+    from sweeps.driver.arbitration import set_priority
     from sweeps.search.reuse import check_reuse
 
+    set_priority(priority)  # a bad value: one line, exit 2, before anything is read
     s = load_noting(spec, cli_overrides(set_, trials, parallel, image), name)
     api.validate_spec(s)
     try:  # not "submitted" for a sweep that would run nothing, or mix two sweeps

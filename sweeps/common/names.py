@@ -25,6 +25,7 @@ SWEEPHOST_ADDRESS = "local-sweep-host"  # JOB_ADDRESS of a sweep the local servi
 SUBMITTED = "sweeps.submitted"  # when `submit` queued the sweep (epoch seconds)
 OWNER = "sweeps.owner"  # who started the sweep (OS or MLflow user); also a parent run tag
 TEAM = "sweeps.team"  # the owner's team (conf/teams.yaml); also a parent run tag
+PRIORITY = "sweeps.priority"  # `submit --priority`: high, normal or low (fair share)
 JOB_NAME = "sweeps.name"  # the sweep's name in a Ray Job's metadata
 CANCEL_REQUESTED = "sweeps.cancel_requested"  # `cancel` asked; the driver kills its trials
 STOP_REQUESTED = "sweeps.stop_requested"  # `stop` asked; the driver drains
@@ -65,9 +66,19 @@ RETRY_OF = "sweeps.retry_of"  # a retry: the number of the trial it retries; als
 FAILURE_CAUSE = "sweeps.failure_cause"  # why it failed (worker_lost, oom, ...); also a run tag
 RETRIED = "sweeps.retried"  # its failure was retried: not counted against max_failed_trials
 PARKED = "sweeps.parked"  # a pause parked it: the checkpoint step it resumes from; run tag
+PREEMPTED = "sweeps.preempted"  # the arbiter took its lane: the checkpoint step; run tag
 EXTENDS = "sweeps.extends"  # `extend`: the finished trial it continues; also a run tag
 EXTENDS_RUN = "sweeps.extends_run"  # `extend`: that trial's MLflow run; also a run tag
 EXTEND_EPOCHS = "sweeps.extend_epochs"  # `extend`: the epochs it trains to (its source's + N)
+# `search: pbt` (sweeps/driver/pbt_run.py): each segment of a member is a trial of its own
+PBT_MEMBER = "sweeps.pbt.member"  # which member of the population (0, 1, ...)
+PBT_GENERATION = "sweeps.pbt.generation"  # which of the member's segments (0, 1, ...)
+PBT_PARENT = "sweeps.pbt.parent"  # the trial whose last checkpoint the segment starts from
+PBT_CLONED = "sweeps.pbt.cloned"  # the member it exploited (its own number: none)
+PBT_FINAL = "sweeps.pbt.final"  # the member's last segment: its value is the member's result
+PBT_SCHEDULE = "sweeps.pbt.schedule"  # JSON [[first step, params], ...]; also a version tag
+PBT_OPS = "sweeps.pbt.ops"  # JSON {param: "* 1.2" | "resample" | "shift left"}: its explore
+PBT_METRIC_PREFIX = "pbt."  # + param: its value at each step, a metric of the segment's run
 
 # --- MLflow run tags --------------------------------------------------------------------------
 ROLE = "sweeps.role"  # "sweep" on the parent run, "trial" on a trial's run
@@ -149,7 +160,14 @@ BUILTIN_ENTRYPOINT = "trainer.loop:train"
 JOBS_MODULE = "sweeps.jobs"  # a submitted sweep's driver: python -m, or forked by the zygote
 ZYGOTE_MODULE = "sweeps.service.zygote"  # the service's driver forker: python -m
 SWEEPHOST_MODULE = "sweeps.service.sweephost"  # a hosted sweep's supervisor, in a zygote fork
+CLAIM_MODULE = "sweeps.service.claim"  # holds a service's claim on its stores: python -m
+CLAIM_SUFFIX = ".sweeps-service"  # beside a SQLite store: the claim's lock file and its record
+CLAIM_PG_KEY = 0x5357_4545_5053  # PostgreSQL advisory lock key of a service's claim on a DB
+CLAIM_PG_TABLE = "sweeps_service_claim"  # its holder's record, one row, in that database
 CLI_MODULE = "sweeps.cli"  # `sweeps submit` forked by the zygote (sweeps/cli/thin.py)
+# The service's fair-share arbiter (sweeps/service/arbiter.py): a detached named Ray actor.
+ARBITER_ACTOR = "sweeps-arbiter"
+ARBITER_NAMESPACE = "sweeps"  # the service's namespace (its broker and lane host too)
 # What the zygote imports before it forks a driver.
 DRIVER_WARM_MODULES = ("sweeps.spec", "sweeps.driver.assemble")
 # Entry points that earlier releases stored in specs, and what they are now.

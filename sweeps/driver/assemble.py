@@ -20,6 +20,7 @@ from typing import Any
 from sweeps.common import paths, timeline
 from sweeps.contracts.observers import ObserverManager, SweepObserver
 from sweeps.contracts.records import SweepOutcome
+from sweeps.driver import arbitration
 from sweeps.driver.define_by_run import DefineByRun
 from sweeps.driver.loop import Driver
 from sweeps.driver.plan import LanePlan, make_plan
@@ -51,8 +52,12 @@ def open_tracker(uri: str) -> Any:
 
     if uri.startswith("sqlite:///"):
         _wal(uri.removeprefix("sqlite:///"))
+    from sweeps.service import zygote
+
     artifact_root = paths.artifact_root() if uri.startswith(("sqlite", "postgresql")) else None
-    return MLflowTracker(uri, artifact_root, process=True)
+    # A driver the service's zygote forked has the zygote fork its writer too (MLflow imported).
+    fork = zygote.fork_helper if zygote.FORKED_FROM else True
+    return MLflowTracker(uri, artifact_root, process=fork)
 
 
 def _wal(path: str) -> None:
@@ -111,7 +116,7 @@ def start_lanes(
     pool = LanePool(
         launcher, spec.name, plan.shape, plan.recycle, starts=starts, probe=probe, watch=watch
     )
-    want = 0 if spent() else plan.want
+    want = arbitration.attach(spec, pool, channel, key, 0 if spent() else plan.want)
     for lane_id in channel.claim(key, want):
         pool.adopt(lane_id)
     timeline.mark("lanes.claimed")

@@ -26,7 +26,7 @@ from sweeps.contracts.protocol import (
     TrialResult,
 )
 from sweeps.contracts.records import SweepContext, TrialEnd, TrialRecord
-from sweeps.driver import outcomes, pause, recovery, retries
+from sweeps.driver import arbitration, outcomes, pause, recovery, retries
 from sweeps.driver.ledger import Ledger, Spend
 from sweeps.driver.policies import BudgetPolicy, FailurePolicy
 from sweeps.driver.running import RunningTrials, TrialKey
@@ -72,6 +72,7 @@ class TrialBook:
         self.retries_waiting = 0  # retries queued in Optuna, not asked for yet
         # `sweeps pause`: which running trials park, and at which checkpoint
         self.parking = pause.Parking(trainer.checkpoint_every, trainer.checkpoint_min_interval_s)
+        self.preempted: set[int] = set()  # numbers of trials the arbiter parked, re-queued here
 
     # ----- ask / assign -----------------------------------------------------------------------
     def ask(self) -> TrialRecord:
@@ -88,7 +89,8 @@ class TrialBook:
         tid = st.trial_id(trial)
         rec = outcomes.new_record(self.spec, trial.number, tid, params, trial.user_attrs, now)
         rec.trial = trial
-        if rec.retry_of is not None and self.retries_waiting:
+        again = rec.retry_of is not None or rec.requeued_from in self.preempted  # arbitration
+        if again and self.retries_waiting:
             self.retries_waiting -= 1
         return rec
 
@@ -157,10 +159,14 @@ class TrialBook:
         if not rec.error:
             ckpt = self.parking.parked[rec.trial_id]
             rec.error = line = pause.parked_line(rec.number, step, ckpt)
+            tags = {names.PARKED: str(ckpt or 0)}
+            if rec.trial_id in self.parking.trials:  # the arbiter took its lane
+                rec.error = line = arbitration.preempted_line(rec.number, step, ckpt)
+                tags[names.PREEMPTED] = str(ckpt or 0)
             rec.last_step = step  # the end does not wait for this report (`finish`)
             self.killed.add(rec.trial_id)  # FAIL, cancelled: `resume` re-queues it
             if rec.run_id:
-                self.tracker.set_tags(rec.run_id, {names.PARKED: str(ckpt or 0)})
+                self.tracker.set_tags(rec.run_id, tags)
             self.observers.notice(self.ctx, line)
         return Decision.CANCEL
 
@@ -298,6 +304,11 @@ class TrialBook:
             attrs[names.CANCELLED] = True
             if rec.trial_id in self.parking.parked:
                 attrs[names.PARKED] = self.parking.parked[rec.trial_id] or 0
+                if rec.trial_id in self.parking.trials:  # preempted: it runs again in this sweep
+                    attrs[names.PREEMPTED] = attrs[names.PARKED]
+                    recovery.requeue_params(self.study, rec.params, arbitration.requeue_attrs(rec))
+                    self.preempted.add(rec.number)
+                    self.retries_waiting += 1  # run like a retry: its trial was counted
         else:
             rec.failure_cause = rec.failure_cause or retries.classify(error)
             r = self.spec.retries

@@ -19,9 +19,10 @@ from sweeps.contracts import protocol as p
 from sweeps.contracts.observers import ObserverManager, Tracker
 from sweeps.contracts.protocol import TrainerSettings
 from sweeps.contracts.records import SweepContext, SweepOutcome
-from sweeps.driver import convergence, pause, recovery, retries, signals, summary
+from sweeps.driver import arbitration, convergence, pause, recovery, retries, signals, summary
 from sweeps.driver.book import TrialBook
 from sweeps.driver.define_by_run import DefineByRun
+from sweeps.driver.pbt_run import PbtRun
 from sweeps.driver.policies import BudgetPolicy
 from sweeps.driver.quota_watch import QuotaWatch
 from sweeps.driver.replicate_runs import ReplicateRuns
@@ -77,6 +78,7 @@ class Driver:
         self.replicates = ReplicateRuns(self.ctx, self.channel, self.pool, self.book)
         notice = lambda line: self.observers.notice(self.ctx, line)  # noqa: E731
         self.retainer = Retainer(spec, self.study, notice)  # `checkpoints:` retention
+        self.pbt = PbtRun(self.ctx, self.tracker)  # `search: pbt`
         self.pulse = liveness.Pulse(self.study, self.driver_id, self.started, session=self._session)
         self._restore: Callable[[], None] = lambda: None
         self._cancel_note = ""  # what cancelled running trials, in their error (and why KILLED)
@@ -100,7 +102,7 @@ class Driver:
     def step(self, timeout: float = 0.25) -> bool:
         """One turn: events, stop rules, ended lanes. False once no lane may run a trial:
         lanes told to stop tear down on their own, and the driver does not wait for them."""
-        for ev in self.channel.poll(timeout):
+        for ev in self.pbt.events(self.channel.poll(timeout), self.status):  # `search: pbt`
             self._dispatch(ev)
         for trial_id, run_id in self.tracker.created_runs():
             self.book.link_run(trial_id, run_id)
@@ -109,6 +111,7 @@ class Driver:
         self.book.tell_overdue()
         self.book.write_overdue_attrs()
         self._tick()
+        arbitration.tick(self)  # on a service, its fair share of lanes
         self._reap()
         self.retainer.tick(rec.number for rec in self.running.records())  # after a trial ends
         if self.pool.waiting():
@@ -220,6 +223,7 @@ class Driver:
                 return p.Stop(d.reason, keep_warm=True)
             try:
                 rec = self.book.ask()
+                self.pbt.asked(rec)
             except Exception as e:
                 self.status.fail(f"sampler failed: {one_line(e)}")
                 return p.Stop(self.status.reason, keep_warm=True)

@@ -73,20 +73,28 @@ class Parking:
     min_interval_s: float
     asked_at: float | None = None
     parked: dict[int, int | None] = field(default_factory=dict)  # trial id -> checkpoint step
+    # One trial at a time (the arbiter takes its lane, sweeps/driver/arbitration.py): trial id
+    # -> when its park was asked. A pause (`request`) parks every running trial instead.
+    trials: dict[int, float] = field(default_factory=dict)
     _due_from: dict[int, int] = field(default_factory=dict)  # trial id -> step a save came due
 
     def request(self, now: float) -> None:
         if self.asked_at is None:
             self.asked_at = now
 
+    def request_trial(self, trial_id: int, now: float) -> None:
+        """Park this one trial at its next report after a persisted checkpoint."""
+        self.trials.setdefault(trial_id, now)
+
     def parks(self, rec: TrialRecord, step: int, last: int | None, now: float) -> bool:
         """Whether the trial's report of `step` parks it (once parked, every later one)."""
         if rec.trial_id in self.parked:
             return True
-        if self.asked_at is None:
+        asked = self.asked_at if self.asked_at is not None else self.trials.get(rec.trial_id)
+        if asked is None:
             return False
         waited = None
-        if now - self.asked_at >= self.min_interval_s:  # a checkpoint may be saved from here
+        if now - asked >= self.min_interval_s:  # a checkpoint may be saved from here
             waited = step - self._due_from.setdefault(rec.trial_id, step) + 1
         if not park_now(step, rec.checkpoint_step, last, waited, self.every):
             return False

@@ -37,6 +37,7 @@ class Retainer:
         self.warned = False
         self.told_late: set[int] = set()  # ended, but Optuna still said RUNNING at the last pass
         self.applied_at = 0.0
+        self.total_written = False  # the sweep's CHECKPOINT_BYTES, by this driver
         pre = names.CHECKPOINTS_OF_TRIAL_PREFIX
         self.entries: dict[int, dict[str, Any]] = {
             int(k.removeprefix(pre)): v for k, v in study.user_attrs.items() if k.startswith(pre)
@@ -73,6 +74,9 @@ class Retainer:
         ended (`ended`), lost checkpoints, or (`final`) were seen by this driver. Never raises."""
         try:
             trials = self.study.get_trials(deepcopy=False)
+            if self.conf is None:  # nothing to delete: rows for the trials to record only,
+                want = ended | self.told_late | (set(self.seen) if final else set())
+                trials = _numbered(trials, want)  # not the whole study's at each trial's end
             requeued = {t.user_attrs.get(names.REQUEUED_FROM) for t in trials}
             rows = {t.number: self._row(t, t.number in requeued) for t in trials}
             if self.conf is not None:
@@ -88,7 +92,8 @@ class Retainer:
                     continue  # its bytes are recorded once it ends
                 if t.number in ended or lost or (final and t.number in self.seen):
                     changed |= self._record(t.number, row.checkpoints)
-            if changed:
+            if changed or (final and not self.total_written):
+                self.total_written = True
                 total = sum(int(e.get("bytes") or 0) for e in self.entries.values())
                 self.study.set_user_attr(names.CHECKPOINT_BYTES, total)
         except Exception as e:
@@ -114,8 +119,8 @@ class Retainer:
         sizes = {p: storage.tree_bytes(p) for _, p in cps if p not in self.gone}
         left = [[s, p] for s, p in sorted(cps) if sizes.get(p)]  # 0: gone (Ray's num_to_keep)
         entry = {"bytes": sum(sizes.values()), "kept": left}
-        if self.entries.get(number) == entry:
-            return False
+        if self.entries.get(number, {"bytes": 0, "kept": []}) == entry:
+            return False  # unchanged; or none ever: no attr (10,000 of them slow every read)
         self.study.set_user_attr(f"{names.CHECKPOINTS_OF_TRIAL_PREFIX}{number}", entry)
         self.entries[number] = entry
         return True
@@ -135,6 +140,14 @@ class Retainer:
         if not self.warned:
             self.warned = True
             self.notice(f"{line} (further checkpoint retention errors not shown)")
+
+
+def _numbered(trials: list[Any], numbers: set[int]) -> list[Any]:
+    """The trials of `numbers`: Optuna's list of a study's trials is indexed by number."""
+    n = len(trials)
+    if all(0 <= k < n and trials[k].number == k for k in numbers):
+        return [trials[k] for k in sorted(numbers)]
+    return [t for t in trials if t.number in numbers]
 
 
 def lane_keep(spec: Any, keep_checkpoints: int) -> int | None:

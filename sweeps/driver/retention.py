@@ -76,8 +76,21 @@ def to_delete(trials: Sequence[TrialCheckpoints], policy: Policy) -> list[str]:
     trial starts from."""
     best = best_numbers(trials, policy)
     needed = {p for t in trials if t.held for p in t.needs}  # an ended trial needs none
+    needed |= fallbacks(trials, needed)
     out: list[str] = []
     for t in trials:
         keep = kept_paths(t, best, policy) | needed
         out += sorted({p for _, p in t.checkpoints} - keep)
+    return out
+
+
+def fallbacks(trials: Sequence[TrialCheckpoints], needed: set[str]) -> set[str]:
+    """For each needed checkpoint, the newest one before it of the trial that wrote it: what a
+    resume falls back to when the needed one turns out torn (sweeps/worker/ckpt_faults.py)."""
+    out = set()
+    for t in trials:
+        for step, path in t.checkpoints:
+            if path in needed:
+                earlier = [(s, p) for s, p in t.checkpoints if s < step]
+                out |= {max(earlier)[1]} if earlier else set()
     return out

@@ -12,6 +12,7 @@ from sweeps.contracts.protocol import UserArtifact, UserMetrics
 from sweeps.contracts.records import SweepContext, TrialRecord
 from sweeps.driver import trial_logs
 from sweeps.search.trial_attrs import PendingAttrs
+from sweeps.worker import ckpt_faults
 
 TrialKey = tuple[str, int]  # (lane, seq): a running trial
 
@@ -73,6 +74,8 @@ class RunningTrials:
         rec = self._trials.get(key)
         if rec is None:
             return
+        for line in ckpt_faults.terminal_lines(text):  # a checkpoint lost or passed over
+            self.observers.notice(self.ctx, f"trial {rec.number}: {line}")
         if rec.workers > 1:
             text = "".join(f"[rank {rank}] {line}" for line in text.splitlines(True))
         rec.log += text

@@ -152,6 +152,8 @@ class LanePool:
         self.pending: dict[LaneShape, list[Any]] = {}
         self.clock = clock
         self.start_s: float | None = None  # the longest a lane here took to start so far
+        # How many lanes this sweep may hold now (a service's arbiter; None: no limit).
+        self.limit: Callable[[], int] | None = None
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -159,6 +161,10 @@ class LanePool:
     def active(self) -> int:
         """Lanes that may still run trials (not told to stop)."""
         return sum(not lane.stopping for lane in self.lanes.values())
+
+    def held(self) -> int:
+        """Lanes launched and not told to stop: what the sweep holds of the cluster."""
+        return sum(x.launched and not x.stopping for x in self.lanes.values())
 
     def get(self, lane_id: str) -> Lane | None:
         return self.lanes.get(lane_id)
@@ -194,6 +200,8 @@ class LanePool:
         for lane in [x for x in live if not x.launched]:
             if not self.starts.may_start(starting, lane.shape):
                 break  # in order: a big lane is not overtaken forever by small ones
+            if self.limit is not None and self.held() >= self.limit():
+                break  # the service's fair share: it waits for the arbiter's target
             if worth is None and self.starts.contends(*self._load(lane.shape)):
                 break  # beside running trials: the driver's next turn weighs it (`worth`)
             if worth is not None and not worth(self.start_s):
@@ -323,6 +331,8 @@ class LanePool:
         return self.deaths
 
     def recycle_reason(self, lane: Lane) -> str | None:
+        if self.limit is not None and self.held() > self.limit():  # its resources go back
+            return "given back to the service: the sweep holds more lanes than its fair share"
         return self.recycle.reason(lane)
 
     def record_rss(self, lane_id: str, rss_mb: float) -> None:

@@ -321,8 +321,8 @@ class _TrialSession:
             return self.inner.get_checkpoint()
         if self.latest is not None:
             return self.latest
-        if self.resumed is None and runtime.context().resume_from is not None:
-            self.resumed = Checkpoint.from_directory(runtime.get_checkpoint())
+        if self.resumed is None and (local := runtime.get_checkpoint()) is not None:
+            self.resumed = Checkpoint.from_directory(local)  # None: nothing intact to resume
         return self.resumed
 
     def get_all_reported_checkpoints(self, *args: Any, **kwargs: Any) -> list[Any]:

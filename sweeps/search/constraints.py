@@ -15,11 +15,13 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeps.common import names
 from sweeps.common.errors import SpecError
-from sweeps.spec import COMPUTED_METRICS, TRAINER_METRICS, CategoricalParam, Spec
+
+if TYPE_CHECKING:
+    from sweeps.spec import Spec
 
 OPS = ("<=", "<", ">=", ">")
 _EXPR = re.compile(
@@ -84,6 +86,9 @@ def check(spec: Spec) -> None:
     """`sweeps validate`: each constraint reads, names something a trial has where that is
     knowable (params, costs, and the built-in trainer's metrics), and a param it names is
     numeric."""
+    # Here, not at import: `show` and `ls` read `violated` without the spec models (0.15 s).
+    from sweeps.spec import COMPUTED_METRICS, TRAINER_METRICS, CategoricalParam
+
     cons = parse_all(spec.constraints)
     builtin = spec.trainer.entrypoint is None and spec.trainer.command_line is None
     metrics = (*TRAINER_METRICS, *COMPUTED_METRICS) if builtin else ()
@@ -158,7 +163,11 @@ def best_feasible(trials: Iterable[Any], maximize: bool) -> Any:
     pool = [
         t
         for t in trials
-        if t.state.name == "COMPLETE" and t.values and len(t.values) == 1 and not violated(t)
+        if t.state.name == "COMPLETE"
+        and t.values
+        and len(t.values) == 1
+        and not violated(t)
+        and t.user_attrs.get(names.PBT_FINAL, True)  # pbt: a member's result is its last
     ]
     if not pool:
         return None

@@ -20,11 +20,14 @@ OUTAGE_S = float(os.environ.get("SWEEPS_STORAGE_OUTAGE_S", "300"))
 def outage_tolerant(fn: Any, url: str) -> Any:
     """`fn`, retried with backoff while the database is unreachable (up to OUTAGE_S)."""
     import logging
+    import sys
 
     import sqlalchemy.exc
-    from optuna.exceptions import StorageInternalError
 
     transient = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+    # Optuna's own error, where Optuna is loaded (`show` and `ls` read without it).
+    errors = sys.modules.get("optuna.exceptions")
+    internal = (errors.StorageInternalError,) if errors else ()
     log = logging.getLogger(__name__)
 
     def wrap(fn: Any) -> Any:
@@ -33,12 +36,10 @@ def outage_tolerant(fn: Any, url: str) -> Any:
             while True:
                 try:
                     return fn(*args, **kw)
-                except (*transient, StorageInternalError) as e:
+                except (*transient, *internal) as e:
                     # Optuna wraps a failed commit; only a lost connection underneath is ours
                     # to wait out, a bad value is not.
-                    if isinstance(e, StorageInternalError) and not isinstance(
-                        e.__cause__, transient
-                    ):
+                    if isinstance(e, internal) and not isinstance(e.__cause__, transient):
                         raise
                     if time.monotonic() + delay > deadline:
                         raise ServiceError(

@@ -23,7 +23,7 @@ from typing import Any
 
 from sweeps.common import names, paths
 from sweeps.common.errors import ServiceError, SpecError, one_line
-from sweeps.service import daemons
+from sweeps.service import claim, daemons
 
 
 @dataclass
@@ -38,6 +38,7 @@ class ServiceInfo:
     mlflow_url: str | None = None
     started: float = 0.0
     zygote_pid: int | None = None
+    claim_pid: int | None = None  # holds the claim on its stores (claim.py)
 
 
 def service_dir() -> Path:
@@ -120,6 +121,8 @@ def up(
     daemons.check_port_free(host, dashboard_port, "--dashboard-port")
     if uri.startswith("sqlite:///"):
         daemons.check_port_free(host, mlflow_port, "--mlflow-port")
+    # Another service on these stores: refused here, before anything of this one starts.
+    claim_pid = claim.hold(paths.home(), [paths.storage_url(), uri], service_dir() / "claim.log")
     bindir = Path(sys.executable).parent
     token = _token(service_dir() / "auth_token")
     env = _service_env(bindir, token)
@@ -135,6 +138,7 @@ def up(
         token_path=token,
         temp_dir=temp,
         started=time.time(),
+        claim_pid=claim_pid,
     )
     if uri.startswith("sqlite:///"):  # the embedded store: serve its UI too
         _start_mlflow(info, uri, bindir, env, mlflow_port)
@@ -256,7 +260,7 @@ def down(wait_s: float = 30.0, say: Callable[[str], None] | None = None) -> list
     if daemons.alive(raw.get("ray_pid")):
         _interrupt_sweeps(wait_s, say)
     stopped = []
-    started = ("ray", "mlflow", "zygote")
+    started = ("ray", "mlflow", "zygote", "claim")
     for name, pid in ((n, raw.get(f"{n}_pid")) for n in started):
         if daemons.alive(pid):
             # Ray's head: once its raylet has stopped the workers (~10 s after SIGTERM), what

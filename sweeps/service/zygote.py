@@ -35,7 +35,18 @@ WARM = (
     "alembic.migration",  # Optuna's RDBStorage imports it on every open
     "ray",
     *names.DRIVER_WARM_MODULES,
+    # What the driver's MLflow writer process imports (tracking.writer_proc): forked from here,
+    # it writes at once instead of importing MLflow for ~2 s of CPU beside the first trials.
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "sqlalchemy.dialects.sqlite",
+    "tracking.tracker",
+    "tracking.writer_proc",
 )
+
+# In a process this zygote forked: its socket (such a process forks its helpers here too).
+FORKED_FROM: str | None = None
 
 
 def warm_imports() -> None:
@@ -43,10 +54,27 @@ def warm_imports() -> None:
 
     for name in WARM:
         importlib.import_module(name)
+    # Optuna's first RDBStorage in a process imports what it loads lazily (alembic's command
+    # and config, SQLAlchemy's ORM): ~0.5 s, paid by `submit`'s record and the driver's study
+    # open (which the lanes' claim waits on). Done once here, on a store nobody keeps.
+    from sweeps.search.study import open_storage
+
+    open_storage("sqlite:///:memory:").engine.dispose()
+
+
+def warm_up() -> None:
+    """The imports, then Python's GC told to leave what they made alone: a fork's first full
+    collection no longer walks (and so copies, page by page) the ~300,000 objects it shares with
+    the zygote. That walk took ~0.3 s in each fork: `submit`, its supervisor, the driver, its
+    writer (as gc.freeze's documentation advises for a process that forks without exec)."""
+    import gc
+
+    warm_imports()
+    gc.freeze()
 
 
 def serve(path: str) -> None:
-    warm_imports()
+    warm_up()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # drivers report their own exit code
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -93,10 +121,13 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> NoRe
         if request.get("env") is not None:  # else the service's own (a resident sweep)
             os.environ.clear()
             os.environ.update(request["env"])
+        import importlib
         import runpy
 
         from sweeps.common import timeline
 
+        # On the module as imported (the zygote itself runs as __main__).
+        importlib.import_module(names.ZYGOTE_MODULE).FORKED_FROM = request.get("zygote")
         timeline.PROCESS_T0 = time.monotonic()  # the driver's timeline starts at its fork
         conn.sendall(f"{os.getpid()}\n".encode())
         if request.get("detach"):  # a sweep the service hosts: it outlives whoever asked
@@ -161,17 +192,18 @@ def spawn(
     argv: list[str],
     stdio: list[int] | None = None,
     detach: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Forked | None:
     """`python -m module argv...` forked by the zygote at `path`, with this process's stdio,
     cwd and env; None if the zygote does not answer. `detach`: a process that does not die with
-    this one, with `stdio` (fds) and the zygote's own env (`sweephost`)."""
+    this one, with `stdio` (fds) and `env`, else the zygote's own env (`sweephost`)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(5.0)
         conn.connect(path)
-        env = None if detach else dict(os.environ)
+        env = env if detach else dict(os.environ)
         request = {"module": module, "argv": argv, "cwd": os.getcwd(), "env": env}
-        request["detach"] = detach
+        request.update(detach=detach, zygote=path)
         body = json.dumps(request)
         socket.send_fds(conn, [body.encode() + b"\n"], stdio or [0, 1, 2])
         buf = b""
@@ -186,6 +218,19 @@ def spawn(
     except (OSError, ValueError):
         conn.close()
         return None
+
+
+def fork_helper(module: str, argv: list[str], stdio: list[int]) -> int | None:
+    """In a process this zygote forked (a driver): a helper process (`python -m module argv`),
+    forked by the zygote with its imports done, this process's env and cwd and the `stdio`
+    fds, that outlives this one; its pid, or None where it must be started otherwise."""
+    if FORKED_FROM is None:
+        return None
+    forked = spawn(FORKED_FROM, module, argv, stdio, detach=True, env=dict(os.environ))
+    if forked is None:
+        return None
+    forked.conn.close()
+    return forked.pid
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ from sweeps.spec.command import DEFAULT_COMMAND, check_command
 from sweeps.spec.data import DataSpec, check_data
 from sweeps.spec.evaluate import EvaluateSpec, check_evaluate
 from sweeps.spec.params import HUGE, CategoricalParam, FloatParam, Param, _Model
+from sweeps.spec.pbt import PbtSpec, check_pbt
 from sweeps.spec.retries import Retries
 from sweeps.spec.stop import StopWhen
 
@@ -303,6 +304,8 @@ class Spec(_Model):
     _evaluate = model_validator(mode="after")(check_evaluate)
     checkpoints: Checkpoints | None = None  # sweep-wide retention (sweeps/spec/checkpoints.py)
     _checkpoints = model_validator(mode="after")(check_checkpoints)
+    search: PbtSpec | None = None  # population-based training (sweeps/spec/pbt.py)
+    _search = model_validator(mode="after")(check_pbt)
     storage: str | None = None
 
     @field_validator("name")

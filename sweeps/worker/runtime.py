@@ -20,6 +20,7 @@ from typing import Any
 from sweeps.common.errors import ProtocolError
 from sweeps.common.quietlogs import is_ray_line
 from sweeps.contracts.protocol import Decision
+from sweeps.worker import ckpt_faults
 
 
 class TrialPruned(Exception):  # noqa: N818 - the name users know from Optuna
@@ -143,9 +144,8 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
             raise ProtocolError(f"report at step {step} got {decision!r}, not a Decision")
     # Only epochs with something to save pay for Ray Train's report (a barrier + upload); rank
     # 0 decides, so ranks that pass no directory still join the barrier.
-    if persist:
-        _persist(ctx, clean, checkpoint_dir)
-        ctx.last_ckpt = time.monotonic()
+    if persist and _persist(ctx, clean, checkpoint_dir):
+        ctx.last_ckpt = time.monotonic()  # one not written: the next report tries again
 
 
 def clean_output(text: str) -> str:
@@ -174,31 +174,39 @@ def ship_output(ctx: TrialContext, final: bool = False) -> None:
         ray.get(ref)
 
 
-def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str | None) -> None:
-    """Hand the epoch's checkpoint to Ray Train (a barrier: every rank calls it)."""
+def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str | None) -> bool:
+    """Hand the epoch's checkpoint to Ray Train (a barrier: every rank calls it). False: rank
+    0's write failed, and the trial goes on without it (`ckpt_faults.write_failed`)."""
     import ray.train
 
     ckpt = None
     if checkpoint_dir is not None and ctx.rank == 0:
+        # Its files and sizes: a resume tells a torn checkpoint from a whole one.
+        meta = {"trial_number": ctx.trial_number, "seq": ctx.seq, "step": ctx.step}
+        meta["files"] = ckpt_faults.manifest(checkpoint_dir)
         with open(os.path.join(checkpoint_dir, META), "w") as f:
-            json.dump({"trial_number": ctx.trial_number, "seq": ctx.seq, "step": ctx.step}, f)
+            json.dump(meta, f)
         ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir)
+    sent = {**metrics, "trial_number": ctx.trial_number, "step": ctx.step}
+    name = f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}"
     ctx.persisting = True
     try:
-        ray.train.report(
-            {**metrics, "trial_number": ctx.trial_number, "step": ctx.step},
-            checkpoint=ckpt,
-            checkpoint_dir_name=f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}",
-        )
+        ray.train.report(sent, checkpoint=ckpt, checkpoint_dir_name=name)
         # In Ray Train V2 a synchronous report has uploaded the checkpoint when it returns, and
         # get_checkpoint() is now that persisted copy. Its path goes to the driver: a restarted
         # worker group or a resumed sweep continues from it, registered by Ray Train or not.
         persisted = ray.train.get_checkpoint() if ckpt is not None else None
+    except OSError as e:  # a full disk, a quota: costs this checkpoint only
+        if ckpt is None:
+            raise
+        ckpt_faults.write_failed(sent, name, ctx.step, e)
+        return False
     finally:
         ctx.persisting = False
     if persisted is not None and ctx.broker is not None:
         uri = ctx.storage_scheme + persisted.path
         ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri)
+    return True
 
 
 def get_checkpoint() -> str | None:
@@ -209,6 +217,13 @@ def get_checkpoint() -> str | None:
         return None
     local = ctx.resume_dir
     if local is None:
+        # Every resume comes here (a restart, a retry, a parked or re-queued trial): a torn
+        # checkpoint falls back to the one before it, in one place.
+        ckpt, lines = ckpt_faults.intact(ckpt)
+        ckpt_faults.say(lines)
+        ctx.resume_from = ckpt
+        if ckpt is None:
+            return None
         local = tempfile.mkdtemp(prefix=f"sweeps-resume-{ctx.trial_number}-")
         ckpt.to_directory(local)
         ctx.resume_dir = local

@@ -93,6 +93,32 @@ class Stack:
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
+    def add_mlflow_user(self, username: str) -> str:
+        """A basic-auth user, created by the admin through MLflow's auth REST API (the
+        `basic-auth` app client: POST /api/2.0/mlflow/users/create); returns its password."""
+        from unittest import mock
+
+        from mlflow.server import get_app_client
+
+        password = secrets.token_hex(12)
+        admin = {
+            "MLFLOW_TRACKING_USERNAME": self.env["MLFLOW_TRACKING_USERNAME"],
+            "MLFLOW_TRACKING_PASSWORD": self.env["MLFLOW_TRACKING_PASSWORD"],
+        }
+        with mock.patch.dict(os.environ, admin):
+            get_app_client("basic-auth", tracking_uri=self.url("mlflow")).create_user(
+                username=username, password=password
+            )
+        return password
+
+    def client(self, workdir: Path, *cmd: str, env: dict[str, str]) -> str:
+        """`docker compose run --rm sweeps CMD` (docs/TEAM.md) in `workdir`, mounted at /work,
+        with `env` over the client's own (the stack's stores, as the admin)."""
+        args = ["run", "--rm", "--no-deps", "-T", "-v", f"{workdir}:/work", "-w", "/work"]
+        for k, v in env.items():
+            args += ["-e", f"{k}={v}"]
+        return self.run(*args, "sweeps", *cmd, timeout=300)
+
     def logs_tail(self, n: int = 40) -> str:
         return self.run("logs", "--no-color", "--tail", str(n), check=False, timeout=120)
 

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from stack import Stack, http, start, wait_for
 
+from sweeps.common import names
+
 pytestmark = pytest.mark.timeout(3600)
 
 HERE = Path(__file__).resolve().parent
@@ -26,6 +28,7 @@ PROGRESS = "/shared/e2e-progress"
 TIMINGS: dict[str, float] = {}
 TRANSCRIPT: list[str] = []  # what the user would see, for docs/TEAM.md (SWEEPS_E2E_REPORT)
 SWEEPS: list[str] = []  # every sweep the module ran, for the final nothing-RUNNING check
+OWNERS: dict[str, str] = {}  # sweep -> the MLflow user who submitted it (issue 31)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +62,20 @@ def write_spec(tmp: Path, spec: dict, with_task: bool = False) -> Path:
     return path
 
 
-def submit(s: Stack, spec_path: Path) -> str:
-    """`sweeps submit` from the host to the head's Jobs API; returns the job id. The stores are
-    the head's (its environment): this client passes none of its own."""
-    cmd = [*SWEEPS_CLI, "submit", spec_path.name, "--address", s.url("ray"), "--json"]
+def host_env(s: Stack, **extra: str) -> dict[str, str]:
+    """The host's environment with none of this machine's stores: the stack's token, and
+    `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEPS_", "MLFLOW_"))}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=s.token, RAY_ADDRESS="")
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=s.token, RAY_ADDRESS="", **extra)
+    return env
+
+
+def submit(s: Stack, spec_path: Path) -> str:
+    """`sweeps submit` from the host to the head's Jobs API, as the stack's MLflow admin; returns
+    the job id. The stores are the head's (its environment): this client passes none of its
+    own, so the owner is the MLflow user named, unchecked (the Ray token is the trust boundary)."""
+    cmd = [*SWEEPS_CLI, "submit", spec_path.name, "--address", s.url("ray"), "--json"]
+    env = host_env(s, MLFLOW_TRACKING_USERNAME=s.env["MLFLOW_TRACKING_USERNAME"])
     r = subprocess.run(cmd, cwd=spec_path.parent, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     shown = f"$ sweeps submit {spec_path.name} --address {s.url('ray')} --json"
@@ -74,6 +85,24 @@ def submit(s: Stack, spec_path: Path) -> str:
         doc["address"] == s.url("ray")
         and doc["name"] == yaml.safe_load(spec_path.read_text())["name"]
     )
+    return doc["job_id"]
+
+
+def submit_as(s: Stack, spec_path: Path, user: str, password: str) -> str:
+    """`sweeps submit` from the stack's client container as an MLflow user: submit asks the
+    MLflow server who these credentials are, and that user owns the sweep. Returns the job id."""
+    creds = {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
+    # The client container runs as its own user: the spec and code (no secrets) must be readable.
+    spec_path.parent.chmod(0o755)
+    for f in spec_path.parent.iterdir():
+        f.chmod(0o644)
+    out = s.client(spec_path.parent, "sweeps", "submit", spec_path.name, "--json", env=creds)
+    TRANSCRIPT.append(
+        f"$ docker compose run --rm -e MLFLOW_TRACKING_USERNAME={user} -e "
+        f"MLFLOW_TRACKING_PASSWORD=... sweeps sweeps submit {spec_path.name} --json\n{out}"
+    )
+    doc = json.loads(out[out.index("{") :])
+    assert doc["name"] == yaml.safe_load(spec_path.read_text())["name"], doc
     return doc["job_id"]
 
 
@@ -109,6 +138,10 @@ def optuna_trials(s: Stack, name: str) -> list:
 
 
 def mlflow_trial_runs(s: Stack, name: str) -> list:
+    return mlflow_runs(s, name, "trial")
+
+
+def mlflow_runs(s: Stack, name: str, role: str) -> list:
     from mlflow.tracking import MlflowClient
 
     creds = {
@@ -119,7 +152,7 @@ def mlflow_trial_runs(s: Stack, name: str) -> list:
         client = MlflowClient(tracking_uri=s.url("mlflow"))
         exp = client.get_experiment_by_name(name)
         assert exp is not None, f"no MLflow experiment {name}"
-        return client.search_runs([exp.experiment_id], "tags.`sweeps.role` = 'trial'")
+        return client.search_runs([exp.experiment_id], f"tags.`sweeps.role` = '{role}'")
 
 
 def test_sweep_runs_on_the_workers_and_lands_in_every_store(stack, tmp_path):
@@ -148,6 +181,7 @@ def test_sweep_runs_on_the_workers_and_lands_in_every_store(stack, tmp_path):
     }
     t0 = time.monotonic()
     job_id = submit(s, write_spec(tmp_path, spec))
+    OWNERS[name] = s.env["MLFLOW_TRACKING_USERNAME"]
     TIMINGS["submit_s"] = round(time.monotonic() - t0, 1)
     wait_job(s, job_id, timeout=1500)
     TIMINGS["sweep_4x2_s"] = round(time.monotonic() - t0, 1)
@@ -197,8 +231,24 @@ def test_killed_worker_container_resumes_its_trial_from_the_checkpoint(stack, tm
         },
         "execution": {"checkpoint_min_interval_s": 0},
     }
+    # A second MLflow user, made by the admin; wrong credentials are refused at submit (exit 2,
+    # one line, nothing submitted), right ones make carol the sweep's owner.
+    password = s.add_mlflow_user("carol")
+    spec_path = write_spec(tmp_path, spec, with_task=True)
+    wrong = host_env(
+        s,
+        MLFLOW_TRACKING_URI=s.url("mlflow"),
+        MLFLOW_TRACKING_USERNAME="carol",
+        MLFLOW_TRACKING_PASSWORD="not-" + password,
+    )
+    cmd = [*SWEEPS_CLI, "submit", spec_path.name, "--address", s.url("ray")]
+    r = subprocess.run(cmd, cwd=tmp_path, env=wrong, capture_output=True, text=True)
+    assert r.returncode == 2 and "refused user 'carol'" in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     t0 = time.monotonic()
-    job_id = submit(s, write_spec(tmp_path, spec, with_task=True))
+    job_id = submit_as(s, spec_path, "carol", password)
+    OWNERS[name] = "carol"
+    TIMINGS["submit_as_carol_s"] = round(time.monotonic() - t0, 1)
 
     def rank0_lines() -> list[list[str]]:
         out = s.run("exec", "-T", "ray-head", "cat", f"{progress}/trial0-rank0.log",
@@ -242,3 +292,26 @@ def test_killed_worker_container_resumes_its_trial_from_the_checkpoint(stack, tm
     for sweep in SWEEPS:
         assert all(t.state.name != "RUNNING" for t in optuna_trials(s, sweep))
         assert all(r.info.status != "RUNNING" for r in mlflow_trial_runs(s, sweep))
+    assert_ls_shows_owners(s)
+
+
+def assert_ls_shows_owners(s: Stack) -> None:
+    """`sweeps ls` from the host, on the stack's study storage: each sweep's owner is the MLflow
+    user who submitted it, also on its MLflow parent run."""
+    storage = (
+        f"postgresql+psycopg://sweeps:{s.env['POSTGRES_PASSWORD']}"
+        f"@127.0.0.1:{s.ports['postgres']}/optuna"
+    )
+    env = host_env(s, SWEEPS_STORAGE=storage, COLUMNS="200")
+    r = subprocess.run([*SWEEPS_CLI, "ls", "--json"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    shown = {row["name"]: row["owner"] for row in json.loads(r.stdout)}
+    assert {n: shown.get(n) for n in OWNERS} == OWNERS and len(set(OWNERS.values())) == 2, shown
+    r = subprocess.run([*SWEEPS_CLI, "ls"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    TRANSCRIPT.append(f"$ sweeps ls\n{r.stdout}")
+    for name, owner in OWNERS.items():
+        (row,) = [line for line in r.stdout.splitlines() if f" {name} " in line]
+        assert f" {owner} " in row, r.stdout
+        (parent,) = mlflow_runs(s, name, "sweep")
+        assert parent.data.tags[names.OWNER] == owner
