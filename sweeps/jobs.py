@@ -7,9 +7,8 @@ a file only the job reads and then deletes, the store settings and credentials: 
 appear in the job's metadata, in `ray job list` or in the dashboard. On this machine's own
 service, with no code to ship, that folder is simply on this disk (`--dir`).
 
-    python -m sweeps.jobs [--dir DIR] SPEC    the job's entrypoint (the supervisor)
-    python -m sweeps.jobs --drive SPEC    one driver run (what the supervisor starts)
-"""
+    python -m sweeps.jobs [--dir DIR] SPEC  the job's entrypoint (the supervisor); --drive SPEC:
+    one driver run (what the supervisor starts)"""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sweeps.common import identity, names, paths
+from sweeps.common import identity, loopback, names, paths
 from sweeps.common.errors import NotFoundError
 from sweeps.service import local as service
 from sweeps.service import sweephost
@@ -326,7 +325,7 @@ def _load_env() -> None:
     """Take the store settings and credentials out of the working dir, into this process."""
     if os.path.exists(ENV_FILE):
         with open(ENV_FILE) as f:
-            os.environ.update(json.load(f))
+            loopback.apply(json.load(f), os.environ, say=print)  # 127.0.0.1 there: not here
         os.remove(ENV_FILE)
 
 
