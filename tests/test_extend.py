@@ -57,6 +57,7 @@ def test_top_trials_are_ranked_as_the_sweeps_best():
         _t(3, 0.99, constraints={"c": 1.0}),  # infeasible: never ranked
         _t(4, None, state="PRUNED"),
         _t(5, 0.7),
+        _t(6, 0.95, attrs={names.PBT_FINAL: False}),  # pbt: a member's earlier segment
     ]
     assert [t.number for t in ext.top_trials(trials, 3, True, False, "s")] == [1, 2, 5]
     assert [t.number for t in ext.top_trials(trials, 2, False, False, "s")] == [0, 5]

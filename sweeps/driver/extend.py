@@ -25,7 +25,7 @@ from sweeps.common import names
 from sweeps.common.errors import SpecError
 from sweeps.common.words import plural
 from sweeps.driver.recovery import requeue_params
-from sweeps.search.constraints import violated
+from sweeps.search.constraints import rankable
 from sweeps.search.study import counted_trials, run_id_of
 
 ENDED = ("finished", "stopped", "failed")  # states a sweep can be extended in
@@ -72,11 +72,7 @@ def top_trials(trials: list[Any], k: int, maximize: bool, multi: bool, name: str
             f"sweep '{name}' has several objectives: no single ranking; name the trials with "
             "--trials 3,7"
         )
-    pool = [
-        t
-        for t in trials
-        if t.state.name == "COMPLETE" and t.values and len(t.values) == 1 and not violated(t)
-    ]
+    pool = [t for t in trials if rankable(t)]  # pbt: a member's last segment only
     if len(pool) < k:
         raise SpecError(
             f"--top {k}: sweep '{name}' has {plural(len(pool), 'completed feasible trial')}"

@@ -157,18 +157,22 @@ def violated(trial: Any) -> list[str]:
     return [k for k, v in trial.constraints.items() if v > 0]
 
 
+def rankable(t: Any) -> bool:
+    """Pure: whether a trial competes for the sweep's best (and `extend --top`): COMPLETE,
+    one objective value, no constraint broken, and (pbt) a member's last segment."""
+    return (
+        t.state.name == "COMPLETE"
+        and bool(t.values)
+        and len(t.values) == 1
+        and not violated(t)
+        and bool(t.user_attrs.get(names.PBT_FINAL, True))
+    )
+
+
 def best_feasible(trials: Iterable[Any], maximize: bool) -> Any:
     """Pure: the best COMPLETE single-objective trial that breaks no constraint, or None. Ties
     go to the earliest trial, as with Optuna's `best_trial`."""
-    pool = [
-        t
-        for t in trials
-        if t.state.name == "COMPLETE"
-        and t.values
-        and len(t.values) == 1
-        and not violated(t)
-        and t.user_attrs.get(names.PBT_FINAL, True)  # pbt: a member's result is its last
-    ]
+    pool = [t for t in trials if rankable(t)]
     if not pool:
         return None
     pool.sort(key=lambda t: t.number)
