@@ -112,9 +112,16 @@ def small_disk(tmp_path, monkeypatch):
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_checkpoint_write_on_a_full_disk_costs_that_checkpoint_only(home, small_disk):
-    # Epochs 1-2 checkpoint; the disk is full during epoch 3 (its checkpoint fails), freed
+    # Epochs 1-2 checkpoint; the disk is nearly full during epoch 3: 64 KB free, room for Ray
+    # Train's own small records but not for the 128 KB checkpoint, which fails. It is freed
     # before epoch 4, whose checkpoint and epoch 5's are written.
-    params = {"fill": str(small_disk / "filler"), "full_from": 2, "full_until": 3, "pad_kb": 64}
+    params = {
+        "fill": str(small_disk / "filler"),
+        "full_from": 2,
+        "full_until": 3,
+        "pad_kb": 128,
+        "leave_kb": 64,
+    }
     seen = Notices()
     out = api.run(_spec("full", "disk_fills", 5, params), callbacks=[seen], install_signals=False)
     assert out.state == "finished", out.reason

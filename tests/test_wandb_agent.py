@@ -287,7 +287,8 @@ def test_a_wandb_sweep_runs_as_the_agent_runs_it(home, tmp_path):
         # Each epoch's loss at its iteration, as W&B's hyperband counts them, though a batch
         # loss is logged at every _step between them.
         steps = [1, 2]
-        hist = client.get_metric_history(t["mlflow_run_id"], "loss")
+        # MLflow returns a history in no set order: by step here.
+        hist = sorted(client.get_metric_history(t["mlflow_run_id"], "loss"), key=lambda m: m.step)
         assert [m.step for m in hist] == steps
         trial = study.trials[t["number"]]
         assert sorted(trial.intermediate_values) == steps

@@ -18,8 +18,9 @@ def _start() -> int:
         return int(f.read())
 
 
-def _fill(path: str) -> None:
-    """Write zeros into `path` until its disk is full."""
+def _fill(path: str, leave_kb: int) -> None:
+    """Write zeros into `path` until its disk is full, then give back `leave_kb`: a nearly full
+    disk, where small files (Ray Train's own records) still fit and a checkpoint does not."""
     chunk = b"\0" * 65536
     with open(path, "wb") as f:
         try:
@@ -28,6 +29,9 @@ def _fill(path: str) -> None:
                 f.flush()
         except OSError:
             pass
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(max(0, size - leave_kb * 1024))
 
 
 def disk_fills(config):
@@ -40,7 +44,7 @@ def disk_fills(config):
         time.sleep(float(config.get("epoch_s", 0.0)))
         if filler and ctx.rank == 0:
             if e == int(config["full_from"]):
-                _fill(filler)
+                _fill(filler, int(config.get("leave_kb", 0)))
             if e == int(config["full_until"]) and os.path.exists(filler):
                 os.remove(filler)
         with tempfile.TemporaryDirectory() as d:
