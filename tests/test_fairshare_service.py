@@ -1,5 +1,6 @@
 """Fair share on a real local service (2 CPUs, so two one-CPU lanes): the arbiter splits the
-lanes between two owners' sweeps, a high-priority sweep takes one back at the next checkpoint
+lanes between two owners' sweeps (neither may cancel the other's; a sweep over its team's quota
+is refused), a high-priority sweep takes one back at the next checkpoint
 and the trial it parks finishes later from there, with the same params; the arbiter is
 SIGKILLed mid-sweep, Ray restarts it, and every sweep still finishes with nothing lost.
 
@@ -87,6 +88,26 @@ def test_fair_share_preemption_and_a_killed_arbiter(svc, tmp_path):  # noqa: F81
     assert rows["fs-a"]["owner"] == "alice" and rows["fs-b"]["owner"] == "bob"
     assert rows["fs-a"]["want"] == 2 and rows["fs-a"]["priority"] == "normal"
     split_s = time.monotonic() - t0
+
+    # an owner cannot cancel another owner's sweep: exit 2, one line, the sweep runs on
+    bob = {**svc.env, "MLFLOW_TRACKING_USERNAME": "bob"}
+    r = svc.cli("cancel", "fs-a", env=bob, check=False)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "sweep 'fs-a' is alice's: bob may not cancel it" in r.stderr
+    # a sweep over its team's quota is refused before anything of it starts: exit 2
+    teams = tmp_path / "teams.yaml"
+    teams.write_text("teams:\n  vision: {members: [dave], quota: {usd: 0.0001, period: month}}\n")
+    dave = {**svc.env, "SWEEPS_TEAMS": str(teams), "MLFLOW_TRACKING_USERNAME": "dave"}
+    spec_d = _spec(tmp_path / "d.yaml", "fs-d", 2, 1, EPOCHS)
+    priced = (
+        "--set",
+        "budget.trial_timeout_s=3600",
+        "--set",
+        "resources.machine_type=e2-standard-2",
+    )
+    r = svc.cli("submit", spec_d, *priced, env=dave, check=False)
+    assert r.returncode == 2 and r.stderr.startswith("error: quota: team vision has $0.00"), r
+    assert "this sweep may cost $" in r.stderr and not _has(svc, "fs-d")
 
     # (b) a high-priority third sweep gets a lane back from one of them
     submitted = time.time()
