@@ -153,13 +153,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--section", default="search_efficiency")
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: 5; 1 with --pbt)")
     ap.add_argument("--pbt", action="store_true", help="PBT: sweeps vs Ray Tune (pbt_efficiency)")
     args = ap.parse_args()
-    if args.pbt:  # on a local Ray, one seed unless --seeds says more
+    if args.pbt:  # on a local Ray
         from bench.pbt_efficiency import main as pbt_main
 
-        return pbt_main(args.out, 1 if args.seeds == 5 else args.seeds)
+        return pbt_main(args.out, args.seeds or 1)
+    args.seeds = args.seeds or 5
     jobs = [(sp, se, s) for sp in SPACES for se in SEARCHES for s in range(args.seeds)]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
         done = dict(zip(jobs, pool.map(_one, jobs), strict=True))

@@ -16,7 +16,7 @@ from typing import Any
 
 from sweeps.common.errors import ServiceError, SpecError, one_line
 from sweeps.contracts.protocol import Event, Key, check_answer
-from sweeps.execution.lane import LaneShape
+from sweeps.execution.lane import HEALTH_CHECK_ENV, HEALTH_CHECK_S, LaneShape
 from sweeps.execution.raytrain import NO_AUTOSCALER_ENV
 from sweeps.spec import Spec
 
@@ -36,7 +36,7 @@ def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = 
     if ray.is_initialized():
         return
     # Faster worker-group polling: Ray Train's default 2 s adds seconds to every lane's end.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     if not address:
         # A Ray of this process's own, on this machine (its processes inherit this

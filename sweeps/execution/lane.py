@@ -66,6 +66,9 @@ class Lane:
 
 # Ray Train's own setting for how long a worker group's placement may take before it retries.
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# Ray Train's controller polls its workers at this interval, and each `report` waits for the
+# poll: its default 2 s made every epoch of a lane on a Ray not started by sweeps take >= 2 s.
+HEALTH_CHECK_ENV, HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2"
 
 # How the lane host runs a lane's fit(): "private" (Ray Train's controller in the host itself,
 # through execution/raytrain.py's private names: the fast path), "public" (`TorchTrainer.fit()`
@@ -158,6 +161,7 @@ def make_trainer(lane: Lane, conf: LaneConfig, in_process_controller: bool = Fal
     # Ray Train reads it from this process's environment as the run starts (both paths); a
     # shared host's lanes started at the same moment by sweeps with other bounds may see theirs.
     os.environ[START_TIMEOUT_ENV] = f"{conf.start_timeout_s:g}"
+    os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)  # a cluster's own setting stays
     failure = {"max_failures": conf.max_restarts}
     if "controller_failure_limit" in getattr(FailureConfig, "__dataclass_fields__", {}):
         failure["controller_failure_limit"] = 1
