@@ -59,6 +59,17 @@ def test_resume_order_is_the_latest_then_the_same_trials_earlier_ones_newest_fir
     assert cf.resume_order("/c/other/checkpoint_x", siblings) == ["/c/other/checkpoint_x"]
 
 
+def test_another_sweeps_checkpoints_on_a_warm_lane_carry_its_name():
+    assert cf.checkpoint_name("a", "a-lane0-12ab34", 4, 5, 0) == "trial000004-step00005-0"
+    name = cf.checkpoint_name("b", "a-lane0-12ab34", 4, 5, 1)
+    assert name == "b-trial000004-step00005-1"  # trial 4 of sweep a is another checkpoint
+    siblings = ["trial000004-step00002-0", "b-trial000004-step00003-0", "c-trial000004-step00001-0"]
+    assert cf.resume_order(f"/c/a-lane0-12ab34/{name}", siblings) == [
+        f"/c/a-lane0-12ab34/{name}",
+        "/c/a-lane0-12ab34/b-trial000004-step00003-0",
+    ]
+
+
 def test_pick_passes_over_torn_ones_and_names_both_in_one_line():
     torn = {"/l/trial000004-step00005-0": "state.pt has 3 of its 9 bytes"}
     order = ["/l/trial000004-step00005-0", "/l/trial000004-step00004-0"]

@@ -54,6 +54,7 @@ class TrainerSettings:
     """How every trial of a sweep is run. Travels in each Assignment, not with the lane, so one
     warm lane can serve several sweeps of the same code."""
 
+    sweep: str = ""  # the sweep's name (its checkpoints' names on another sweep's warm lane)
     entrypoint: str | None = None  # "module:function"; None: the built-in trainer
     code_dir: str | None = None  # where the entrypoint imports from, on the worker
     data_dir: str | None = None

@@ -52,15 +52,17 @@ def make_plan(spec: Spec, function: dict[str, Any] | None = None) -> Plan:
     trainer = trainer_settings(spec, function)
     storage_root = paths.checkpoint_root()
     shape = LaneShape.of(r.workers, r.cpus_per_worker, r.gpus_per_worker, r.placement)
+    keep = lane_keep(spec, e.keep_checkpoints)
     lanes = LanePlan(
         shape=shape,
-        # A warm lane whose Ray run deletes checkpoints does not serve a sweep that keeps them.
+        # A warm lane's Ray run keeps its first sweep's count of checkpoints: it serves only a
+        # sweep that keeps as many (PBT keeps all of its own; `checkpoints:` decides itself).
         key=cluster.lane_key(spec, shape, storage_root, trainer.callable_digest)
-        + ("|keep-all" if spec.checkpoints else ""),
+        + f"|keep-{'all' if keep is None else keep}",
         storage_root=storage_root,
         warm_up=warm_up_settings(spec, trainer),
         max_failures=r.max_failures,
-        keep_checkpoints=lane_keep(spec, e.keep_checkpoints),
+        keep_checkpoints=keep,
         recycle=RecyclePolicy(
             after_trials=1 if e.mode == "isolated" else e.recycle_after_trials,
             rss_growth=e.recycle_rss_growth,

@@ -65,6 +65,7 @@ def trainer_settings(spec: Spec, function: dict[str, Any] | None = None) -> Trai
 
     t, e = spec.trainer, spec.execution
     return TrainerSettings(
+        sweep=spec.name,
         program=program.settings(spec) if t.command_line is not None else None,
         entrypoint=t.entrypoint,
         code_dir=paths.worker_code_dir(t.code_dir),

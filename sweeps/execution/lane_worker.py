@@ -258,6 +258,7 @@ def _trial_context(
         seed=a.seed,
         params=a.params,
         lane_id=cfg["lane_id"],
+        sweep=how.sweep,
         seq=a.seq,
         broker=cfg["broker"],
         checkpoint_every=how.checkpoint_every,

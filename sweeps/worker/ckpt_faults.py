@@ -28,7 +28,16 @@ META = "sweeps_meta.json"
 # Lines a worker prints into the trial's log; the driver repeats them on its terminal.
 NOT_WRITTEN = "sweeps: checkpoint not written"
 FELL_BACK = "sweeps: damaged checkpoint"
-NAME = re.compile(r"^trial(\d+)-step(\d+)-(\d+)$")  # runtime._persist's checkpoint_dir_name
+# runtime._persist's checkpoint_dir_name: `checkpoint_name`
+NAME = re.compile(r"^(.*?)trial(\d+)-step(\d+)-(\d+)$")
+
+
+def checkpoint_name(sweep: str, lane_id: str, trial: int, step: int, restarts: int) -> str:
+    """Pure: a checkpoint's folder name in its lane's run folder. A warm lane's run folder is
+    named after the sweep that started it and holds every later sweep's checkpoints too; trial
+    numbers repeat across sweeps, so another sweep's names carry that sweep's name."""
+    own = not sweep or lane_id.startswith(f"{sweep}-lane")
+    return f"{'' if own else sweep + '-'}trial{trial:06d}-step{step:05d}-{restarts}"
 
 
 class CheckpointWriteError(RuntimeError):
@@ -74,12 +83,12 @@ def resume_order(latest: str, siblings: Iterable[str]) -> list[str]:
     m = NAME.match(name)
     if m is None:
         return [latest]
-    trial, step = int(m[1]), int(m[2])
+    prefix, trial, step = m[1], int(m[2]), int(m[3])
     earlier = []
     for s in siblings:
         n = NAME.match(s)
-        if n is not None and int(n[1]) == trial and int(n[2]) < step:
-            earlier.append((int(n[2]), int(n[3]), s))
+        if n is not None and (n[1], int(n[2])) == (prefix, trial) and int(n[3]) < step:
+            earlier.append((int(n[3]), int(n[4]), s))
     return [latest] + [f"{parent}/{s}" for _, _, s in sorted(earlier, reverse=True)]
 
 

@@ -38,6 +38,7 @@ class TrialContext:
     seed: int
     params: dict[str, Any]
     lane_id: str = ""
+    sweep: str = ""  # the sweep's name: a warm lane runs several sweeps' trials
     seq: int = 0
     broker: Any = None
     checkpoint_every: int = 1
@@ -188,7 +189,9 @@ def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str |
             json.dump(meta, f)
         ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir)
     sent = {**metrics, "trial_number": ctx.trial_number, "step": ctx.step}
-    name = f"trial{ctx.trial_number:06d}-step{ctx.step:05d}-{ctx.restarts}"
+    name = ckpt_faults.checkpoint_name(
+        ctx.sweep, ctx.lane_id, ctx.trial_number, ctx.step, ctx.restarts
+    )
     ctx.persisting = True
     try:
         ray.train.report(sent, checkpoint=ckpt, checkpoint_dir_name=name)
