@@ -111,3 +111,49 @@ def test_pbt_members_exploit_top_members_checkpoints(ray_cluster, home):
     assert best["number"] == out.summary.best_number
     assert best["value"] == max(t.value for t in second)
     assert by_number[best["number"]].user_attrs[names.PBT_FINAL]
+
+
+def test_pbt_on_two_workers_per_trial(ray_cluster, home):
+    """Each segment a 2-worker DDP trial: the continuing segment starts, on every rank, from its
+    parent's checkpoint."""
+    spec = make_spec(
+        name="pbt2w",
+        search_space={"lr": {"type": "float", "low": 0.0001, "high": 0.003, "log": True}},
+        search={
+            "name": "pbt",
+            "population": 4,
+            "interval_epochs": 1,
+            "perturb": {"lr": [0.8, 1.2]},
+            "resample_probability": 0.0,
+            "synch": True,  # ceil(4 * 0.25) = 1 exploit at the boundary
+        },
+        sampler={"name": "random", "seed": 5},
+        budget={"trials": 8, "parallel": 1},
+        resources={"workers": 2, "cpus_per_worker": 1},
+        trainer={"epochs": 2, "params": {"hidden": 32}, "limit": 400},
+        tracking={"log_models": False},
+    )
+    out = api.run(spec, install_signals=False)
+    assert out.state == "finished", out.reason
+    trials = load_study("pbt2w", f"sqlite:///{home}/optuna.db").get_trials(deepcopy=False)
+    assert len(trials) == 8 and all(t.state.name == "COMPLETE" for t in trials)
+    by_number = {t.number: t for t in trials}
+    second = [t for t in trials if t.user_attrs.get(names.PBT_GENERATION) == 1]
+    exploits = [
+        t for t in second if t.user_attrs[names.PBT_CLONED] != t.user_attrs[names.PBT_MEMBER]
+    ]
+    assert len(second) == 4 and len(exploits) == 1
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    for child in second:
+        parent = by_number[child.user_attrs[names.PBT_PARENT]]
+        start = _state(parent.user_attrs[names.CHECKPOINT])
+        end = _state(child.user_attrs[names.CHECKPOINT])
+        assert (start["epoch"], end["epoch"]) == (1, 2)
+        others = [
+            _distance(end["model"], _state(t.user_attrs[names.CHECKPOINT])["model"])
+            for t in trials
+            if t.user_attrs.get(names.PBT_GENERATION) == 0 and t.number != parent.number
+        ]
+        assert _distance(end["model"], start["model"]) < min(others)
+        world = client.get_metric_history(child.user_attrs["mlflow_run_id"], "world_size")
+        assert [m.value for m in world] == [2.0]

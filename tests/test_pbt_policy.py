@@ -115,7 +115,6 @@ def _spec(**over):
             "must divide search.interval_epochs",
         ),
         ({"trainer": {"epochs": 3, "params": {"schedule": "cosine"}}}, "use schedule none"),
-        ({"checkpoints": {}}, "checkpoints: not with search pbt"),
         ({"warm_start": {"from": ["other"]}}, "warm_start: not with search pbt"),
     ],
 )

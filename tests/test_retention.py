@@ -144,6 +144,28 @@ def test_retainer_applies_as_trials_end_and_records_bytes(tmp_path):
     assert os.path.exists(park) and notes == []
 
 
+def test_pbt_keeps_what_members_may_continue_from(tmp_path):
+    """A member's latest complete segment keeps its checkpoint (its next segment or an exploit
+    starts there); a superseded segment's goes; only final segments rank for the best."""
+    spec = Spec(name="pbt", checkpoints={"keep_best_trials": 1, "keep_latest_per_trial": 1})
+    study = optuna.create_study(direction="maximize")
+    ret = Retainer(spec, study, [].append)
+    cp = {n: _write(tmp_path / f"t{n}", 10) for n in range(4)}
+
+    def segment(n: int, member: int, gen: int, value: float, final: bool) -> None:
+        attrs = {names.CHECKPOINT: cp[n], names.CHECKPOINT_STEP: gen + 1}
+        attrs |= {names.PBT_MEMBER: member, names.PBT_GENERATION: gen, names.PBT_FINAL: final}
+        _finish(study, value, attrs)
+        ret.apply({n})
+
+    segment(0, 0, 0, 0.9, False)
+    segment(1, 1, 0, 0.5, False)  # worse than anything, but member 1 goes on from it
+    segment(2, 0, 1, 0.8, True)  # member 0's last: its first segment is superseded
+    assert [os.path.exists(cp[n]) for n in range(3)] == [False, True, True]
+    segment(3, 1, 1, 0.7, True)  # below member 0's final: not the one best
+    assert [os.path.exists(cp[n]) for n in range(4)] == [False, False, True, False]
+
+
 def test_delete_failures_are_told_once(tmp_path, monkeypatch):
     spec = Spec(name="ret", checkpoints={"keep_best_trials": 1})
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db")

@@ -78,7 +78,8 @@ class Retainer:
                 want = ended | self.told_late | (set(self.seen) if final else set())
                 trials = _numbered(trials, want)  # not the whole study's at each trial's end
             requeued = {t.user_attrs.get(names.REQUEUED_FROM) for t in trials}
-            rows = {t.number: self._row(t, t.number in requeued) for t in trials}
+            frontier = pbt_frontier(trials)
+            rows = {t.number: self._row(t, t.number in requeued, frontier) for t in trials}
             if self.conf is not None:
                 self._delete(r.to_delete(list(rows.values()), self.policy()))
             changed = False
@@ -99,7 +100,7 @@ class Retainer:
         except Exception as e:
             self._warn(f"checkpoint retention: {one_line(e)}")
 
-    def _row(self, t: Any, requeued: bool) -> r.TrialCheckpoints:
+    def _row(self, t: Any, requeued: bool, frontier: set[int]) -> r.TrialCheckpoints:
         a = t.user_attrs
         kept = self.entries.get(t.number, {}).get("kept") or []
         cps: dict[str, int] = {p: int(s) for s, p in kept}
@@ -108,8 +109,10 @@ class Retainer:
         for s, p in self.seen.get(t.number, []):
             cps[p] = s
         state = t.state.name
-        held = r.is_held(state, bool(a.get(names.CANCELLED)), requeued)
+        held = r.is_held(state, bool(a.get(names.CANCELLED)), requeued) or t.number in frontier
         value = t.values[0] if state == "COMPLETE" and t.values and len(t.values) == 1 else None
+        if names.PBT_MEMBER in a and not a.get(names.PBT_FINAL):
+            value = None  # a member's result is its final segment's: only those rank
         needs = tuple(p for p in (a.get(names.RESUME_CHECKPOINT),) if p)
         checkpoints = [(s, p) for p, s in cps.items() if p not in self.gone]
         return r.TrialCheckpoints(t.number, state, value, checkpoints, held, needs)
@@ -154,3 +157,18 @@ def lane_keep(spec: Any, keep_checkpoints: int) -> int | None:
     """Ray's CheckpointConfig.num_to_keep for the sweep's lane runs: all, when the sweep's own
     retention decides (Ray's would delete the best trials' checkpoints as a lane moves on)."""
     return None if spec.checkpoints is not None else keep_checkpoints
+
+
+def pbt_frontier(trials: Iterable[Any]) -> set[int]:
+    """PBT: each member's latest complete segment that is not its last. Its next segment, or
+    another member's exploit of it, starts from its checkpoint: it is held like a parked trial."""
+    latest: dict[int, Any] = {}
+    for t in trials:
+        a = t.user_attrs
+        if names.PBT_MEMBER not in a or t.state.name != "COMPLETE":
+            continue
+        key = (int(a.get(names.PBT_GENERATION, 0)), t.number)
+        cur = latest.get(a[names.PBT_MEMBER])
+        if cur is None or key > (int(cur.user_attrs.get(names.PBT_GENERATION, 0)), cur.number):
+            latest[a[names.PBT_MEMBER]] = t
+    return {t.number for t in latest.values() if not t.user_attrs.get(names.PBT_FINAL)}

@@ -72,11 +72,6 @@ def check_pbt(spec: Any) -> Any:
     ):
         if getattr(spec, field) is not None:
             raise ValueError(f"{field}: not with search pbt ({why})")
-    if spec.checkpoints is not None:
-        raise ValueError(
-            "checkpoints: not with search pbt yet (its retention would delete checkpoints "
-            "that members continue from)"
-        )
     n = s.population * segments(spec.trainer.epochs, s.interval_epochs)
     if "trials" in b.model_fields_set and b.trials != n:
         raise ValueError(
