@@ -328,7 +328,7 @@ class TwoNodes:
             "--num-cpus",
             "2",
         )
-        time.sleep(8)
+        self._wait_nodes(1)
         self.worker = self._start("--address", f"127.0.0.1:{self.port}", "--num-cpus", "1")
         self._wait_nodes(2)
 
@@ -375,9 +375,12 @@ class TwoNodes:
                 os.killpg(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        # `ray start --block` takes 30 s and more to stop its node on SIGTERM; the tests are done
+        # with it, so a few seconds' grace, then the whole process group.
         for p in (self.worker, self.head):
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
         shutil.rmtree(self.temp, ignore_errors=True)

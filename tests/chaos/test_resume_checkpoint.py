@@ -25,7 +25,7 @@ def _spec(tmp_path) -> str:
         "pruner: {name: none}\n"
         "budget: {trials: 1, parallel: 1}\n"
         "execution: {checkpoint_min_interval_s: 0}\n"
-        f"trainer: {{entrypoint: 'byo_tasks:long_resumable', code_dir: '{BYO}', epochs: 400}}\n"
+        f"trainer: {{entrypoint: 'byo_tasks:long_resumable', code_dir: '{BYO}', epochs: 120}}\n"
     )
     return str(p)
 
@@ -37,7 +37,7 @@ def _steps(home) -> list[int]:
 
 def test_resume_continues_the_killed_trial_from_its_checkpoint(home, tmp_path):
     # Ray Train hands each checkpoint to its controller at the next poll: a short poll keeps
-    # 400 checkpointed epochs quick.
+    # 120 checkpointed epochs quick.
     env = {**os.environ, "SWEEPS_HOME": str(home), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.05"}
     spec = _spec(tmp_path)
     proc = subprocess.Popen(
@@ -81,7 +81,7 @@ def test_resume_continues_the_killed_trial_from_its_checkpoint(home, tmp_path):
     study = optuna.load_study(study_name="long", storage=f"sqlite:///{home}/optuna.db")
     steps = sorted(study.trials[again["number"]].intermediate_values)
     assert steps[0] >= 10, f"continued from epoch {steps[0] - 1}, not from its checkpoint"
-    assert steps[-1] == 400
+    assert steps[-1] == 120
     client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     run = client.get_run(again["mlflow_run_id"])
     assert run.data.tags["sweeps.resumed_from_trial"] == str(first["number"])
