@@ -21,8 +21,8 @@ from sweeps.search.study import run_id_of
 
 def sweep_state(attrs: dict[str, Any], running_trials: bool, live: bool) -> str:
     """Pure: the state a sweep is in, from its study's attrs and whether a driver beats."""
-    if live:
-        return "running"
+    if live:  # a live sweep the service's arbiter gives no lane yet waits in its queue
+        return "queued" if attrs.get(names.SERVICE_QUEUED) and not running_trials else "running"
     stored = attrs.get(names.STATE)
     if stored == "running" or running_trials:
         return "interrupted"  # its driver died without recording how the sweep ended
@@ -126,7 +126,7 @@ def _state_of(study: Any, attrs: dict[str, Any], trials: list[Any]) -> tuple[str
     running = any(t.state.name == "RUNNING" for t in trials)
     live = live_drivers(study, attrs=attrs)
     state = sweep_state(attrs, running, bool(live))
-    if state == "queued" and attrs.get(names.JOB_ID):
+    if state == "queued" and not live and attrs.get(names.JOB_ID):
         state = _queued_job_state(attrs)
     return state, live
 

@@ -151,3 +151,36 @@ def test_the_lane_pool_holds_no_more_lanes_than_the_arbiter_allows():
     assert "fair share" in (pool.recycle_reason(first) or "")
     pool.mark_stopping(first.lane_id)
     assert pool.recycle_reason(second) is None
+
+
+def test_a_sweep_given_no_lane_says_queued_until_it_holds_one():
+    import optuna
+    from conftest import make_spec
+
+    from sweeps.common import names
+    from sweeps.driver.arbitration import Arbitration
+    from sweeps.queries import sweep_state
+
+    class Pool:
+        lanes = 0
+
+        def held(self) -> int:
+            return self.lanes
+
+    class Driver:
+        study = optuna.create_study()
+
+    pool = Pool()
+    arb = Arbitration(make_spec(), pool, None, "key")
+    arb.driver = Driver()
+    arb._apply(0, None, 0)  # the arbiter's target: no lane yet
+    assert Driver.study.user_attrs[names.SERVICE_QUEUED] is True
+    assert sweep_state(Driver.study.user_attrs, False, True) == "queued"
+    pool.lanes = 1
+    arb._apply(1, None, 0)
+    attrs = Driver.study.user_attrs
+    assert attrs[names.SERVICE_QUEUED] is False and sweep_state(attrs, False, True) == "running"
+    assert sweep_state({names.SERVICE_QUEUED: True}, True, True) == "running"  # a trial runs
+    pool.lanes, arb.want = 0, 0  # its last lane gone, nothing left to run: ending, not queued
+    arb._apply(0, None, 0)
+    assert Driver.study.user_attrs[names.SERVICE_QUEUED] is False

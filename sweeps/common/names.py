@@ -26,6 +26,8 @@ SUBMITTED = "sweeps.submitted"  # when `submit` queued the sweep (epoch seconds)
 OWNER = "sweeps.owner"  # who started the sweep (OS or MLflow user); also a parent run tag
 TEAM = "sweeps.team"  # the owner's team (conf/teams.yaml); also a parent run tag
 PRIORITY = "sweeps.priority"  # `submit --priority`: high, normal or low (fair share)
+# True while the service's arbiter gives the sweep no lane and it holds none (`ls`: queued)
+SERVICE_QUEUED = "sweeps.service_queued"
 JOB_NAME = "sweeps.name"  # the sweep's name in a Ray Job's metadata
 CANCEL_REQUESTED = "sweeps.cancel_requested"  # `cancel` asked; the driver kills its trials
 STOP_REQUESTED = "sweeps.stop_requested"  # `stop` asked; the driver drains

@@ -158,6 +158,7 @@ class Arbitration:
         self.ended: list[float] = []  # trial lengths seen, for the queue's estimate
         self.assigned: dict[int, float] = {}
         self.trials_left = 0
+        self.queued = False  # what the study last said (names.SERVICE_QUEUED)
 
     def __call__(self) -> int:
         return self.target if self.target is not None else 0
@@ -269,6 +270,7 @@ class Arbitration:
     def _apply(self, target: int, take: Any, gen: int) -> None:
         self.target = target
         held = self.pool.held()
+        self._mark_queued(target == 0 and held == 0 and self.want > 0)
         self.boundary_owed = min(self.boundary_owed, max(0, held - target))
         if take is None or gen != self.gen or self.driver is None:
             return
@@ -281,6 +283,16 @@ class Arbitration:
             self.driver.book.parking.request_trial(trial_id, now)
         self.boundary_owed += take.lanes - len(stop) - len(park)
         self.gen += 1
+
+    def _mark_queued(self, queued: bool) -> None:
+        """The study says whether the sweep waits in the service's queue (`ls`, `show`)."""
+        if self.driver is None or queued == self.queued:
+            return
+        try:
+            self.driver.study.set_user_attr(names.SERVICE_QUEUED, queued)
+            self.queued = queued
+        except Exception:
+            pass  # the store is busy: at the next answer
 
     def _lanes(self) -> list[LaneView]:
         chosen = self.driver.book.parking.trials
