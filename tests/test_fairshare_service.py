@@ -75,16 +75,24 @@ def _overlap(trials: list[optuna.trial.FrozenTrial]) -> bool:
 
 def test_fair_share_preemption_and_a_killed_arbiter(svc, tmp_path):  # noqa: F811
     t0 = time.monotonic()
-    # (a) two owners' sweeps, each asking for both lanes, submitted together
-    _submit(svc, _spec(tmp_path / "a.yaml", "fs-a", 2, 2, EPOCHS), "alice")
-    _submit(svc, _spec(tmp_path / "b.yaml", "fs-b", 2, 2, EPOCHS), "bob")
+    # (a) two owners' sweeps, each asking for both lanes, submitted together; 3 trials each:
+    # work left for fs-c to take a lane from, on a loaded machine too
+    _submit(svc, _spec(tmp_path / "a.yaml", "fs-a", 3, 2, EPOCHS), "alice")
+    _submit(svc, _spec(tmp_path / "b.yaml", "fs-b", 3, 2, EPOCHS), "bob")
 
     def split():
         rows = _rows(_queue(svc))
         pair = [rows.get("fs-a", {}), rows.get("fs-b", {})]
         return rows if all(r.get("held") == 1 and r.get("target") == 1 for r in pair) else None
 
+    def both_train():  # a lane still starting would go back unparked: wait for trials
+        running = [
+            [t for t in _trials(svc, n) if t.state.name == "RUNNING"] for n in ("fs-a", "fs-b")
+        ]
+        return all(running)
+
     rows = _until("each sweep holds one lane", split)
+    _until("each sweep runs a trial", both_train)
     assert rows["fs-a"]["owner"] == "alice" and rows["fs-b"]["owner"] == "bob"
     assert rows["fs-a"]["want"] == 2 and rows["fs-a"]["priority"] == "normal"
     split_s = time.monotonic() - t0
@@ -94,20 +102,6 @@ def test_fair_share_preemption_and_a_killed_arbiter(svc, tmp_path):  # noqa: F81
     r = svc.cli("cancel", "fs-a", env=bob, check=False)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "sweep 'fs-a' is alice's: bob may not cancel it" in r.stderr
-    # a sweep over its team's quota is refused before anything of it starts: exit 2
-    teams = tmp_path / "teams.yaml"
-    teams.write_text("teams:\n  vision: {members: [dave], quota: {usd: 0.0001, period: month}}\n")
-    dave = {**svc.env, "SWEEPS_TEAMS": str(teams), "MLFLOW_TRACKING_USERNAME": "dave"}
-    spec_d = _spec(tmp_path / "d.yaml", "fs-d", 2, 1, EPOCHS)
-    priced = (
-        "--set",
-        "budget.trial_timeout_s=3600",
-        "--set",
-        "resources.machine_type=e2-standard-2",
-    )
-    r = svc.cli("submit", spec_d, *priced, env=dave, check=False)
-    assert r.returncode == 2 and r.stderr.startswith("error: quota: team vision has $0.00"), r
-    assert "this sweep may cost $" in r.stderr and not _has(svc, "fs-d")
 
     # (b) a high-priority third sweep gets a lane back from one of them
     submitted = time.time()
@@ -125,6 +119,21 @@ def test_fair_share_preemption_and_a_killed_arbiter(svc, tmp_path):  # noqa: F81
     assert len(queued) == 1 and queued[0][0] in ("fs-a", "fs-b") and queued[0][1] == 1, queued
     print("\n" + svc.cli("queue", env={**svc.env, "COLUMNS": "120"}).stdout)
     os.kill(before["pid"], signal.SIGKILL)
+    # (while the sweeps finish) a sweep over its team's quota is refused before anything of
+    # it starts: exit 2
+    teams = tmp_path / "teams.yaml"
+    teams.write_text("teams:\n  vision: {members: [dave], quota: {usd: 0.0001, period: month}}\n")
+    dave = {**svc.env, "SWEEPS_TEAMS": str(teams), "MLFLOW_TRACKING_USERNAME": "dave"}
+    spec_d = _spec(tmp_path / "d.yaml", "fs-d", 2, 1, EPOCHS)
+    priced = (
+        "--set",
+        "budget.trial_timeout_s=3600",
+        "--set",
+        "resources.machine_type=e2-standard-2",
+    )
+    r = svc.cli("submit", spec_d, *priced, env=dave, check=False)
+    assert r.returncode == 2 and r.stderr.startswith("error: quota: team vision has $0.00"), r
+    assert "this sweep may cost $" in r.stderr and not _has(svc, "fs-d")
     for name in ("fs-a", "fs-b", "fs-c"):
         assert svc.wait(name, ("finished", "failed", "stopped"), timeout=300)["state"] == "finished"
     after = _queue(svc)
