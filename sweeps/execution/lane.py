@@ -67,7 +67,7 @@ class Lane:
 # Ray Train's own setting for how long a worker group's placement may take before it retries.
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 # Ray Train's controller polls its workers at this interval, and each `report` waits for the
-# poll: its default 2 s made every epoch of a lane on a Ray not started by sweeps take >= 2 s.
+# poll: at its default (2 s) every epoch of a lane takes >= 2 s, on any Ray sweeps did not start.
 HEALTH_CHECK_ENV, HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2"
 
 # How the lane host runs a lane's fit(): "private" (Ray Train's controller in the host itself,
