@@ -47,7 +47,33 @@ def _fill(study) -> None:
 
 @pytest.mark.parametrize("direction", ["minimize", "maximize"])
 def test_show_and_ls_match_optunas_own_read(tmp_path, monkeypatch, direction):
-    url = f"sqlite:///{tmp_path}/o.db"
+    _match_optunas_read(f"sqlite:///{tmp_path}/o.db", monkeypatch, direction)
+
+
+def test_show_and_ls_match_optunas_own_read_on_postgresql(postgres, monkeypatch):
+    """Through SQLAlchemy's engine: the server's own datetimes, `key` as the dialect quotes it."""
+    _match_optunas_read(postgres.create_database("bulk_reads"), monkeypatch, "maximize")
+
+
+def test_rows_of_a_trial_created_between_two_reads_are_passed_over():
+    class Rows:  # a trial (id 2) asked for after the trials' read: its params and attrs come
+        url, key = "sqlite:///x.db", "key"
+
+        def __call__(self, sql: str, **params):
+            if sql.startswith("SELECT trial_id, number"):
+                return [(1, 0, "COMPLETE", "2026-12-07 10:00:00.5", None)]
+            if "trial_values" in sql:
+                return [(1, 0, 0.5, "FINITE"), (2, 0, 0.7, "FINITE")]
+            if "trial_params" in sql:
+                return [(2, "lr", 0.1, '{"name": "FloatDistribution", "attributes": {}}')]
+            return [(2, "k", "1")] if "trial_user_attributes" in sql else []
+
+    (t,) = bulk._read(Rows(), 1, None)
+    assert t.values == [0.5] and t.params == {} and t.user_attrs == {}
+    assert t.datetime_start is not None and t.datetime_start.microsecond == 500_000
+
+
+def _match_optunas_read(url: str, monkeypatch, direction: str) -> None:
     study = optuna.create_study(study_name="b", storage=url, direction=direction)
     _fill(study)
     monkeypatch.setattr(queries.time, "time", lambda: 2e9)

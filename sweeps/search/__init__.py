@@ -6,7 +6,8 @@ Owns: `study`, `samplers`, `space`, `warmstart`, `select`, `liveness`, `trial_at
 `reuse` (what running a spec under an existing sweep's name would do), `owners` (whose sweep
 it is, and who may stop it), `quota` (spend per team and user, and what a quota lets run),
 `constraints`, `terminator` (Optuna's, adapted), `tpe` (TPE with a bounded history), `bulk`
-(the study's bulk reads), `reader` and `optuna_tables` (a study read without Optuna).
+(the study's bulk reads), `reader`, `optuna_tables` and `sql_rows` (a study read without
+Optuna; a SQLite file without SQLAlchemy).
 May import: `sweeps.common`, `sweeps.spec`, `sweeps.contracts`, `sweeps.worker`, `trainer`,
 `tracking`.
 """

@@ -61,9 +61,8 @@ def trials(
         return study.get_trials(deepcopy=False)
     from sweeps.search.outage import outage_tolerant
 
-    engine, sid = where
-    read = outage_tolerant(_read, str(engine.url))
-    return read(engine, sid, user_keys, params, skip_keys)
+    rows, sid = where
+    return outage_tolerant(_read, rows.url)(rows, sid, user_keys, params, skip_keys)
 
 
 def study_attrs(study: Any, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -76,60 +75,66 @@ def study_attrs(study: Any, keys: tuple[str, ...] | None = None) -> dict[str, An
         return attrs if keys is None else {k: attrs[k] for k in keys if k in attrs}
     from sweeps.search.outage import outage_tolerant
 
-    engine, sid = where
-    return outage_tolerant(_read_attrs, str(engine.url))(engine, sid, keys)
+    rows, sid = where
+    return outage_tolerant(_read_attrs, rows.url)(rows, sid, keys)
 
 
 def study_names(storage: Any) -> list[str]:
     """Every study's name, in the order Optuna's `get_all_studies` lists them. That call also
     reads each study's user and system attrs through the ORM: 0.4 s of an `ls` beside one
     10,000-trial sweep, for names alone."""
-    backend = getattr(storage, "_backend", storage)
-    if getattr(backend, "engine", None) is None:
-        return [s.study_name for s in storage.get_all_studies()]
-    import sqlalchemy as sa
+    rows = getattr(storage, "rows", None)  # `reader`'s light store
+    if rows is None:
+        backend = getattr(storage, "_backend", storage)
+        if getattr(backend, "engine", None) is None:
+            return [s.study_name for s in storage.get_all_studies()]
+        from sweeps.search.sql_rows import EngineRows
 
+        rows = EngineRows(backend.engine)
     from sweeps.search import optuna_tables as ot
     from sweeps.search.outage import outage_tolerant
 
-    def read() -> list[str]:
-        with backend.engine.connect() as conn:
-            q = sa.select(ot.studies.c.study_name).order_by(ot.studies.c.study_id)
-            return [name for (name,) in conn.execute(q)]
-
-    return outage_tolerant(read, str(backend.engine.url))()
+    return [name for (name,) in outage_tolerant(rows, rows.url)(ot.STUDY_NAMES)]
 
 
 def _rdb(study: Any) -> tuple[Any, int] | None:
-    """The engine of the database behind a study (Optuna's, or `reader`'s) and its id there;
-    None for a storage that is no database."""
-    if getattr(study, "engine", None) is not None:  # `reader.LightStudy`
-        return study.engine, study.study_id
+    """The rows of the database behind a study (`reader`'s, or over Optuna's engine) and its
+    id there; None for a storage that is no database."""
+    if getattr(study, "rows", None) is not None:  # `reader.LightStudy`
+        return study.rows, study.study_id
     backend = getattr(study._storage, "_backend", study._storage)
     engine = getattr(backend, "engine", None)
-    return None if engine is None else (engine, study._study_id)
+    if engine is None:
+        return None
+    from sweeps.search.sql_rows import EngineRows
+
+    return EngineRows(engine), study._study_id
 
 
-def _read_attrs(engine: Any, sid: int, keys: tuple[str, ...] | None) -> dict[str, Any]:
-    import sqlalchemy as sa
+def _read_attrs(rows: Any, sid: int, keys: tuple[str, ...] | None) -> dict[str, Any]:
+    from sweeps.search import optuna_tables as ot
+    from sweeps.search.sql_rows import in_list
 
-    from sweeps.search.optuna_tables import study_attrs as a
-
-    q = sa.select(a.c.key, a.c.value_json).where(a.c.study_id == sid)
+    if keys is not None and not keys:
+        return {}
+    sql, args = ot.STUDY_ATTRS.format(key=rows.key), {}
     if keys is not None:
-        q = q.where(a.c.key.in_(keys))
-    with engine.connect() as conn:
-        return {key: json.loads(value_json) for key, value_json in conn.execute(q).all()}
+        listed, args = in_list("k", keys)
+        sql += f" AND {rows.key} IN {listed}"
+    return {key: json.loads(value_json) for key, value_json in rows(sql, sid=sid, **args)}
 
 
 _OFFSETS: dict[tuple[int, ...], datetime.timedelta] = {}  # UTC minute: local UTC offset
 
 
-def _local(utc: datetime.datetime | None) -> datetime.datetime | None:
+def _local(utc: datetime.datetime | str | None) -> datetime.datetime | None:
     """Optuna stores naive UTC and returns naive local time. The offset is looked up once per
-    minute of UTC time (zones change offset on whole minutes): 20,000 datetimes per `show`."""
+    minute of UTC time (zones change offset on whole minutes): 20,000 datetimes per `show`.
+    SQLite's rows hold the text SQLAlchemy wrote (ISO 8601, a space between date and time)."""
     if utc is None:
         return None
+    if isinstance(utc, str):
+        utc = datetime.datetime.fromisoformat(utc)
     key = (utc.year, utc.month, utc.day, utc.hour, utc.minute)
     off = _OFFSETS.get(key)
     if off is None:
@@ -139,67 +144,47 @@ def _local(utc: datetime.datetime | None) -> datetime.datetime | None:
 
 
 def _read(
-    engine: Any,
+    rows: Any,
     sid: int,
     user_keys: tuple[str, ...] | None,
     params: bool = True,
     skip_keys: tuple[str, ...] = (),
 ) -> list[LightTrial]:
-    import sqlalchemy as sa
-
     from sweeps.search import optuna_tables as ot
+    from sweeps.search.sql_rows import in_list
 
-    t = ot.trials
-    ids = sa.select(t.c.trial_id).where(t.c.study_id == sid).scalar_subquery()
     by_id: dict[int, LightTrial] = {}
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(
-                t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete
-            )
-            .where(t.c.study_id == sid)
-            .order_by(t.c.trial_id)
-        ).all()  # fetchall: row by row costs a call per row
-        for tid, number, state, start, end in rows:
-            by_id[tid] = LightTrial(number, ot.state(state), None, {}, {}, {}, _local(start),
-                                    _local(end), tid)  # fmt: skip
-        v = ot.values
-        q = sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
-        for tid, objective, value, vtype in conn.execute(q.where(v.c.trial_id.in_(ids))).all():
-            tr = by_id[tid]
-            tr.values = tr.values or []
-            tr.values.extend([0.0] * (objective + 1 - len(tr.values)))
-            tr.values[objective] = ot.value(value, vtype)
-        if params:
-            _read_params(conn, ids, by_id)
-        u = ot.trial_attrs
-        q = sa.select(u.c.trial_id, u.c.key, u.c.value_json).where(u.c.trial_id.in_(ids))
+    for tid, number, state, start, end in rows(ot.TRIALS, sid=sid):
+        by_id[tid] = LightTrial(number, ot.state(state), None, {}, {}, {}, _local(start),
+                                _local(end), tid)  # fmt: skip
+    # Each read is its own statement: a trial created after the first has rows, and no entry.
+    for tid, objective, value, vtype in rows(ot.VALUES, sid=sid):
+        if (tr := by_id.get(tid)) is None:
+            continue
+        tr.values = tr.values or []
+        tr.values.extend([0.0] * (objective + 1 - len(tr.values)))
+        tr.values[objective] = ot.value(value, vtype)
+    if params:
+        external = ot.Params().external
+        for tid, name, value, dist_json in rows(ot.PARAMS, sid=sid):  # in suggestion order
+            if tid in by_id:
+                by_id[tid].params[name] = external(dist_json, value)
+    if user_keys is None or user_keys:
+        sql, args = ot.USER_ATTRS.format(key=rows.key), {}
         if user_keys is not None:
-            q = q.where(u.c.key.in_(user_keys))
+            listed, args = in_list("u", user_keys)
+            sql += f" AND {rows.key} IN {listed}"
         if skip_keys:
-            q = q.where(u.c.key.not_in(skip_keys))
-        for tid, key, value_json in conn.execute(q).all():
-            by_id[tid].user_attrs[key] = json.loads(value_json)
-        s = ot.trial_system_attrs
-        q = sa.select(s.c.trial_id, s.c.key, s.c.value_json).where(
-            s.c.trial_id.in_(ids), s.c.key.like(f"{_CONSTRAINTS}%")
-        )
-        for tid, key, value_json in conn.execute(q):
+            listed, skip = in_list("s", skip_keys)
+            sql, args = sql + f" AND {rows.key} NOT IN {listed}", {**args, **skip}
+        for tid, key, value_json in rows(sql, sid=sid, **args):
+            if tid in by_id:
+                by_id[tid].user_attrs[key] = json.loads(value_json)
+    like = ot.SYSTEM_ATTRS_LIKE.format(key=rows.key)
+    for tid, key, value_json in rows(like, sid=sid, like=f"{_CONSTRAINTS}%"):
+        if tid in by_id:
             by_id[tid].constraint_attrs[key] = json.loads(value_json)
     return sorted(by_id.values(), key=lambda tr: tr.number)
-
-
-def _read_params(conn: Any, ids: Any, by_id: dict[int, LightTrial]) -> None:
-    import sqlalchemy as sa
-
-    from sweeps.search import optuna_tables as ot
-
-    p = ot.params
-    q = sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
-    external = ot.Params().external
-    rows = conn.execute(q.where(p.c.trial_id.in_(ids)).order_by(p.c.param_id)).all()
-    for tid, name, value, dist_json in rows:  # in the order they were suggested
-        by_id[tid].params[name] = external(dist_json, value)
 
 
 def _state(stored: Any) -> Any:

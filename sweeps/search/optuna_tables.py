@@ -1,12 +1,13 @@
-"""Optuna's RDB schema as plain SQLAlchemy Core tables, for reads that need no Optuna import.
+"""Optuna's RDB schema as the plain SQL that reads it, for reads that need no Optuna import.
 
-`show` and `ls` read a study with a few SELECTs (`search/bulk.py`). Through Optuna's ORM
-models that costs `import optuna` and `sqlalchemy.orm` first, 0.3 s of a command that should
-answer in one. These tables name the columns those reads use, as Optuna's models declare them
-(`optuna/storages/_rdb/models.py` at schema revision SCHEMA_HEAD: an enum column holds its
-member's name), and the three conversions Optuna applies on reading: a value's type, a param's
-external form and a trial's state. tests/test_big_sweeps.py checks them against Optuna's own
-read of the same database.
+`show` and `ls` read a study with a few SELECTs (`search/bulk.py`, `search/sql_rows.py`).
+Through Optuna's ORM models that costs `import optuna` and `sqlalchemy.orm` first, 0.3 s of a
+command that should answer in one. The statements name the tables and columns as Optuna's models
+declare them (`optuna/storages/_rdb/models.py` at schema revision SCHEMA_HEAD: an enum column
+holds its member's name); below them are the three conversions Optuna applies on reading: a
+value's type, a param's external form and a trial's state. tests/test_big_sweeps.py and
+tests/test_bulk_reads.py check them against Optuna's own read of the same database.
+`{key}` stands for the attribute tables' `key` column as the backend quotes it (`Rows.key`).
 """
 
 from __future__ import annotations
@@ -15,71 +16,30 @@ import enum
 import json
 from typing import Any
 
-import sqlalchemy as sa
-
-# alembic's revision of the schema these tables describe (the Optuna releases that
+# alembic's revision of the schema these statements read (the Optuna releases that
 # `search/study.py` OPTUNA_TESTED names).
 SCHEMA_HEAD = "v3.2.0.a"
 
-_md = sa.MetaData()
-_id = sa.Integer
-studies = sa.Table("studies", _md, sa.Column("study_id", _id), sa.Column("study_name", sa.String))
-directions = sa.Table(
-    "study_directions",
-    _md,
-    sa.Column("study_id", _id),
-    sa.Column("direction", sa.String),
-    sa.Column("objective", _id),
+REVISION = "SELECT version_num FROM alembic_version"
+STUDY_NAMES = "SELECT study_name FROM studies ORDER BY study_id"
+STUDY_ID = "SELECT study_id FROM studies WHERE study_name = :name"
+DIRECTIONS = "SELECT direction FROM study_directions WHERE study_id = :sid ORDER BY objective"
+STUDY_ATTRS = "SELECT {key}, value_json FROM study_user_attributes WHERE study_id = :sid"
+_IDS = "trial_id IN (SELECT trial_id FROM trials WHERE study_id = :sid)"
+TRIALS = (
+    "SELECT trial_id, number, state, datetime_start, datetime_complete FROM trials"
+    " WHERE study_id = :sid ORDER BY trial_id"
 )
-study_attrs = sa.Table(
-    "study_user_attributes",
-    _md,
-    sa.Column("study_id", _id),
-    sa.Column("key", sa.String),
-    sa.Column("value_json", sa.Text),
+VALUES = f"SELECT trial_id, objective, value, value_type FROM trial_values WHERE {_IDS}"
+PARAMS = (
+    "SELECT trial_id, param_name, param_value, distribution_json FROM trial_params"
+    f" WHERE {_IDS} ORDER BY param_id"
 )
-trials = sa.Table(
-    "trials",
-    _md,
-    sa.Column("trial_id", _id),
-    sa.Column("number", _id),
-    sa.Column("study_id", _id),
-    sa.Column("state", sa.String),
-    sa.Column("datetime_start", sa.DateTime),
-    sa.Column("datetime_complete", sa.DateTime),
+USER_ATTRS = f"SELECT trial_id, {{key}}, value_json FROM trial_user_attributes WHERE {_IDS}"
+SYSTEM_ATTRS_LIKE = (
+    f"SELECT trial_id, {{key}}, value_json FROM trial_system_attributes WHERE {_IDS}"
+    " AND {key} LIKE :like"
 )
-values = sa.Table(
-    "trial_values",
-    _md,
-    sa.Column("trial_id", _id),
-    sa.Column("objective", _id),
-    sa.Column("value", sa.Float),
-    sa.Column("value_type", sa.String),
-)
-params = sa.Table(
-    "trial_params",
-    _md,
-    sa.Column("param_id", _id),
-    sa.Column("trial_id", _id),
-    sa.Column("param_name", sa.String),
-    sa.Column("param_value", sa.Float),
-    sa.Column("distribution_json", sa.Text),
-)
-
-
-def _attrs(name: str) -> sa.Table:
-    return sa.Table(
-        name,
-        _md,
-        sa.Column("trial_id", _id),
-        sa.Column("key", sa.String),
-        sa.Column("value_json", sa.Text),
-    )
-
-
-trial_attrs = _attrs("trial_user_attributes")
-trial_system_attrs = _attrs("trial_system_attributes")
-alembic_version = sa.Table("alembic_version", _md, sa.Column("version_num", sa.String))
 
 # Optuna's TrialState and StudyDirection by name: what `show` and `ls` read of them.
 State = enum.Enum("State", "RUNNING COMPLETE PRUNED FAIL WAITING")

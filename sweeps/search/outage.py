@@ -22,9 +22,9 @@ def outage_tolerant(fn: Any, url: str) -> Any:
     import logging
     import sys
 
-    import sqlalchemy.exc
+    from sweeps.search.sql_rows import transient_errors
 
-    transient = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+    transient = transient_errors()  # SQLAlchemy's only where loaded: `ls` reads SQLite without
     # Optuna's own error, where Optuna is loaded (`show` and `ls` read without it).
     errors = sys.modules.get("optuna.exceptions")
     internal = (errors.StorageInternalError,) if errors else ()

@@ -4,7 +4,8 @@
 and checks the schema through alembic: 0.5 s of a `sweeps ls` that should answer in well under
 a second. A reader needs none of that when the database already holds the schema of the
 installed Optuna, which one SELECT of alembic's revision row says: it then reads with plain
-SELECTs (`optuna_tables`, `bulk`) a light study with what `queries` reads of one. Any other
+SELECTs (`optuna_tables`, `bulk`, `sql_rows`: a SQLite file through the stdlib, no
+SQLAlchemy) a light study with what `queries` reads of one. Any other
 database (no such row, another revision, a journal or in-memory storage) opens through Optuna,
 so Optuna's own message about an old schema is what the user reads.
 """
@@ -31,10 +32,10 @@ def open_reader(url: str) -> Any:
 
 
 class _LightStore:
-    """An engine on a database with the installed Optuna's schema: plain SELECTs only."""
+    """A database with the installed Optuna's schema, read with plain SELECTs only."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, rows: Any) -> None:
+        self.rows = rows
 
     def names(self) -> list[str]:
         from sweeps.search import bulk
@@ -42,26 +43,22 @@ class _LightStore:
         return bulk.study_names(self)
 
     def load(self, name: str) -> LightStudy:
-        import sqlalchemy as sa
-
         from sweeps.search import optuna_tables as ot
 
-        s, d = ot.studies, ot.directions
-        with self.engine.connect() as conn:
-            sid = conn.execute(sa.select(s.c.study_id).where(s.c.study_name == name)).scalar()
-            if sid is None:
-                raise KeyError(name)
-            q = sa.select(d.c.direction).where(d.c.study_id == sid).order_by(d.c.objective)
-            dirs = [ot.Direction[str(x)] for (x,) in conn.execute(q)]
+        got = self.rows(ot.STUDY_ID, name=name)
+        if not got:
+            raise KeyError(name)
+        sid = got[0][0]
+        dirs = [ot.Direction[str(x)] for (x,) in self.rows(ot.DIRECTIONS, sid=sid)]
         return LightStudy(name, sid, self, dirs)
 
 
 class LightStudy:
     """What `queries` reads of an `optuna.Study`: its name, directions and user attrs; and
-    where `bulk` reads its trials (the store's engine, the study's id there)."""
+    where `bulk` reads its trials (the store's rows, the study's id there)."""
 
     def __init__(self, name: str, sid: int, store: _LightStore, directions: list[Any]) -> None:
-        self.study_name, self.study_id, self.engine = name, sid, store.engine
+        self.study_name, self.study_id, self.rows = name, sid, store.rows
         self.directions = directions
 
     @property
@@ -93,21 +90,27 @@ class _OptunaStore:
 
 
 def _light(url: str) -> _LightStore | None:
-    import sqlalchemy as sa
-
     from sweeps.search import optuna_tables as ot
+    from sweeps.search.sql_rows import open_rows
 
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
-    engine = sa.create_engine(url, **kwargs)
+    rows = open_rows(url)
     try:
-        with engine.connect() as conn:
-            rev = conn.execute(sa.select(ot.alembic_version.c.version_num)).scalar()
-    except sa.exc.SQLAlchemyError:
+        rev = rows(ot.REVISION)
+    except _db_errors():  # no such table, or no database: Optuna's open says which
         rev = None
-    if rev != ot.SCHEMA_HEAD:
-        engine.dispose()
+    if not rev or rev[0][0] != ot.SCHEMA_HEAD:
+        rows.close()
         return None
-    return _LightStore(engine)
+    return _LightStore(rows)
+
+
+def _db_errors() -> tuple[type[BaseException], ...]:
+    """A database's errors: sqlite3's, and SQLAlchemy's where it is loaded."""
+    import sqlite3
+    import sys
+
+    exc = sys.modules.get("sqlalchemy.exc")
+    return (sqlite3.Error,) + ((exc.SQLAlchemyError,) if exc is not None else ())
 
 
 def load_for_reading(name: str, url: str) -> Any:
