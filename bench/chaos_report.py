@@ -3,8 +3,9 @@
     .venv/bin/python bench/chaos_report.py [--out bench/RESULTS.md] [--only node-lost]
 
 `--only node-lost` runs that fault alone and merges its row into the table already in `--out`;
-`--only retries` and `--only checkpoints` (full disk, torn checkpoint, pause; then the retries'
-rows) do the same with theirs.
+`--only retries`, `--only checkpoints` (full disk, torn checkpoint, pause; then the retries'
+rows) and `--only preempt` (a trial parked for a high-priority sweep, on a service) do the same
+with theirs.
 
 Prints: fault, times injected, survived, trials lost, runs left RUNNING. A trial is lost when a
 finished Optuna trial has no closed MLflow run (or a COMPLETE one vanished); "left RUNNING"
@@ -27,146 +28,16 @@ BYO = ROOT / "tests" / "byo"
 sys.path.insert(0, str(ROOT))
 
 from bench.chaos_checkpoints import checkpoint_rows  # noqa: E402
+from bench.chaos_common import audit, audit_with, cli, merge_row, spec, wait_for  # noqa: E402
+from bench.chaos_node import node_lost  # noqa: E402
+from bench.chaos_preempt import preempt_row  # noqa: E402
 from bench.chaos_retries import retry_rows  # noqa: E402
-
-
-def cli(home: Path, *args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    e = {**os.environ, "SWEEPS_HOME": str(home), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "sweeps.cli", *args], env=e, capture_output=True, text=True, **kw
-    )
-
-
-def spec(
-    home: Path,
-    name: str,
-    fn: str,
-    trials: int,
-    extra: str = "",
-    epochs: int = 3,
-    params: str = "{}",
-) -> Path:
-    p = home.parent / f"{name}.yaml"
-    p.write_text(
-        f"name: {name}\nsearch_space: {{lr: {{type: float, low: 0.001, high: 0.02}}}}\n"
-        "sampler: {name: random, seed: 1}\npruner: {name: none}\n"
-        f"budget: {{trials: {trials}, parallel: 1}}\n{extra}"
-        f"trainer: {{entrypoint: 'byo_tasks:{fn}', code_dir: '{BYO}', epochs: {epochs}, "
-        f"params: {params}}}\n"
-    )
-    return p
-
-
-def audit(home: Path, name: str) -> tuple[int, int, dict]:
-    """(trials lost, left RUNNING, state counts) for a sweep in both stores."""
-    return audit_with(f"sqlite:///{home}/optuna.db", f"sqlite:///{home}/mlflow.db", name)
-
-
-def audit_with(storage: str, tracking: str, name: str) -> tuple[int, int, dict]:
-    from mlflow.tracking import MlflowClient
-
-    from sweeps import api
-
-    doc = api.show(name, storage)
-    client = MlflowClient(tracking)
-    lost = running = 0
-    counts: dict[str, int] = {}
-    for t in doc["trials"]:
-        counts[t["state"]] = counts.get(t["state"], 0) + 1
-        if t["state"] == "RUNNING":
-            running += 1
-        if not t["mlflow_run_id"]:
-            lost += t["state"] == "COMPLETE"
-            continue
-        run = client.get_run(t["mlflow_run_id"])
-        if run.info.status == "RUNNING":
-            running += 1
-        if t["state"] == "COMPLETE" and run.info.status != "FINISHED":
-            lost += 1
-    return lost, running, counts
-
-
-def wait_for(pred, timeout: float = 240) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if pred():
-                return
-        except Exception:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError
-
-
-NODE_LOST = "node lost (worker node's `ray start` tree SIGKILLed mid-trial)"
-
-
-def node_lost(base: Path) -> tuple:
-    """A 2-worker trial spread over two Ray nodes; the worker node dies at epoch >= 5 of 30. It
-    survives when it finishes on the head from a checkpoint (not epoch 0) with the same run."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import optuna
-    from mlflow.tracking import MlflowClient
-    from services import TwoNodes
-
-    h = base / "node" / "home"
-    h.parent.mkdir(parents=True)
-    s = h.parent / "node.yaml"
-    s.write_text(
-        "name: node\nsearch_space: {lr: {type: float, low: 0.01, high: 0.02}}\n"
-        "pruner: {name: none}\nbudget: {trials: 1}\n"
-        "execution: {checkpoint_min_interval_s: 0}\n"
-        "resources: {workers: 2, cpus_per_worker: 1, placement: spread, max_failures: 2}\n"
-        f"trainer: {{entrypoint: 'byo_tasks:nodes_long', code_dir: '{BYO}', epochs: 30, "
-        "params: {epoch_s: 0.5}}\n"
-    )
-    nodes = TwoNodes()
-    try:
-        p = nodes.run(s, h)
-        url = f"sqlite:///{h}/optuna.db"
-
-        def reached() -> bool:
-            try:
-                t = optuna.load_study(study_name="node", storage=url).trials
-            except (KeyError, ValueError):
-                return False
-            return bool(t) and len(t[0].intermediate_values) >= 5
-
-        wait_for(reached, 300)
-        nodes.kill_worker_node()
-        p.communicate(timeout=600)
-    finally:
-        nodes.stop()
-    lost, left, c = audit(h, "node")
-    ok = p.returncode == 0 and c.get("COMPLETE", 0) == 1
-    if ok:
-        (t,) = optuna.load_study(study_name="node", storage=url).trials
-        run = MlflowClient(f"sqlite:///{h}/mlflow.db").get_run(t.user_attrs["mlflow_run_id"])
-        ok = run.data.metrics.get("final_resumed_from", 0) >= 3
-    return (NODE_LOST, 1, int(ok), lost, left)
-
-
-def merge_row(path: str, row: tuple, only: str = "node-lost") -> None:
-    """Replace (or add) one fault's row in the chaos table already written to `path`."""
-    import re
-
-    from bench.results import write_section
-
-    body = Path(path).read_text()
-    m = re.search(r"<!-- chaos_report:start -->\n(.*?)\n<!-- chaos_report:end -->", body, re.S)
-    note = f'Row "{row[0]}"'
-    table = [ln for ln in m.group(1).splitlines() if not ln.startswith((f"| {row[0]} |", note))]
-    while table and not table[-1]:
-        table.pop()
-    table.append("| " + " | ".join(str(x) for x in row) + " |")
-    table += ["", f"{note} from `--only {only}`, {time.strftime('%Y-%m-%d')}."]
-    write_section(path, "chaos_report", "\n".join(table))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--only", choices=["node-lost", "retries", "checkpoints"])
+    ap.add_argument("--only", choices=["node-lost", "retries", "checkpoints", "preempt"])
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sweeps-chaos-"))
 
@@ -180,6 +51,8 @@ def main() -> None:
             only = [node_lost(base)]
         elif args.only == "checkpoints":
             only = checkpoint_rows(home, cli, audit) + retry_rows(home, cli, audit)
+        elif args.only == "preempt":
+            only = [preempt_row(home, audit)]
         else:
             only = retry_rows(home, cli, audit)
         for row in only:
@@ -208,6 +81,7 @@ def main() -> None:
 
     rows += retry_rows(home, cli, audit)  # a killed worker retried; a trial timed out
     rows += checkpoint_rows(home, cli, audit)  # full disk, torn checkpoint, pause and resume
+    rows.append(preempt_row(home, audit))  # a trial parked for a high-priority sweep
 
     # 2. exception in user code, 3. NaN loss
     h = home("error")
