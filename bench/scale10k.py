@@ -93,6 +93,48 @@ def _write_heap(path: str) -> None:
     Path(path).write_text("\n".join(lines) + "\n")
 
 
+CPU_GROUPS = (  # a process's group: the first pattern its command line holds
+    ("scale10k.py", "driver"),
+    ("tracking", "MLflow writer"),
+    ("RayTrainWorker", "Ray Train workers"),
+    ("Broker", "broker"),
+    ("ray", "rest of Ray"),
+)
+
+
+class CpuBook:
+    """CPU seconds each group of processes spent while the sweep ran, sampled every 0.5 s (a
+    process that ends between samples loses its last half second)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.psutil, self.start, self.last = psutil, {}, {}
+        for proc in psutil.process_iter(["pid"]):
+            self.start[proc.pid] = self._cpu(proc) or 0.0
+
+    def _cpu(self, proc: Any) -> float | None:
+        try:
+            t = proc.cpu_times()
+            return t.user + t.system
+        except self.psutil.Error:
+            return None
+
+    def sample(self) -> None:
+        for proc in self.psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            group = next((g for pat, g in CPU_GROUPS if pat in cmd), None)
+            cpu = self._cpu(proc)
+            if group and cpu is not None:
+                self.last[proc.pid] = (group, cpu - self.start.get(proc.pid, 0.0))
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for group, cpu in self.last.values():
+            out[group] = out.get(group, 0.0) + cpu
+        return out
+
+
 def _cli(*args: str) -> tuple[float, str]:
     t0 = time.perf_counter()
     r = subprocess.run(
@@ -124,10 +166,12 @@ def one(store: str, trials: int, profile: str | None, heap: str | None = None) -
     proc = psutil.Process()
     peak = [proc.memory_info().rss]
     done = threading.Event()
+    cpu = CpuBook()
 
     def sample() -> None:
         while not done.is_set():
             peak.append(proc.memory_info().rss)
+            cpu.sample()
             time.sleep(0.5)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -145,6 +189,7 @@ def one(store: str, trials: int, profile: str | None, heap: str | None = None) -
         prof.disable()
         prof.dump_stats(os.path.join(profile, f"{store}.prof"))
     done.set()
+    cpu.sample()
     show = [_cli("show", "scale")[0] for _ in range(3)]
     ls = [_cli("ls")[0] for _ in range(3)]
     by_number = dict(asks)
@@ -163,6 +208,7 @@ def one(store: str, trials: int, profile: str | None, heap: str | None = None) -
         "ask_total_s": sum(d for _, d in asks),
         "show_s": statistics.median(show),
         "ls_s": statistics.median(ls),
+        "cpu_ms_per_trial": {g: round(v / trials * 1000, 1) for g, v in cpu.totals().items()},
     }
 
 
@@ -241,6 +287,12 @@ def _publish(figures: dict[str, dict[str, Any]], args: argparse.Namespace, spent
         row("driver blocked on MLflow, per trial", "blocking_ms", "**{:.2f} ms**", "<= 1 ms"),
         row("all asks (claim, sample, suggest)", "ask_total_s", "{:.1f} s"),
         *ask_rows,
+        *(
+            f"| CPU per trial: {g} | "
+            + " | ".join(f"{figures[s]['cpu_ms_per_trial'].get(g, 0):.1f} ms" for s in stores)
+            + " | |"
+            for _, g in CPU_GROUPS
+        ),
         row("`sweeps show scale` (median of 3)", "show_s", "**{:.2f} s**", "<= 2 s"),
         row("`sweeps ls` (median of 3)", "ls_s", "**{:.2f} s**", "<= 1 s"),
     ]

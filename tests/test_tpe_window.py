@@ -99,3 +99,32 @@ def test_history_is_a_spec_option_checked_like_optunas():
     bad = make_spec(sampler={"name": "tpe", "options": {"history": -1}})
     with pytest.raises(SpecError, match="history must be an int >= 0"):
         samplers.make_sampler(bad)
+
+
+def test_the_best_kept_from_ask_to_ask_is_the_best_of_the_whole_list():
+    """`BestSoFar` reads only the trials that finished since the last ask: after each of many
+    growing lists (running trials in them, some finishing late, ties in value) it holds what a
+    sort of the whole list gives."""
+    study = optuna.create_study(direction="maximize")
+    rng = random.Random(5)
+    best = tpe.BestSoFar()
+    states = [TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING]
+    running: list = []
+    for _ in range(300):
+        if running and rng.random() < 0.3:  # a trial that ran long finishes now
+            t = running.pop(rng.randrange(len(running)))
+            study.tell(t, round(rng.random(), 1))  # few distinct values: ties
+        t = study.ask()
+        if rng.random() < 0.2:
+            running.append(t)
+            continue
+        if rng.random() < 0.2:
+            study.tell(t, state=TrialState.PRUNED)
+        else:
+            study.tell(t, round(rng.random(), 1))
+        trials = study._get_trials(deepcopy=False, states=states, use_cache=False)
+        got = [t.number for t in best.update(study, trials, states)]
+        assert got == [t.number for t in tpe._best_complete(study, trials)]
+    assert len(got) == tpe.GOOD
+    finished = study.get_trials(deepcopy=False, states=states[:2])
+    assert tpe._unseen(finished[:-3], best.seen) is None  # a list lacking some: read again

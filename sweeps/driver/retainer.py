@@ -21,9 +21,11 @@ from sweeps.common import names
 from sweeps.common.errors import one_line
 from sweeps.driver import retention as r
 from sweeps.execution import storage
+from sweeps.search import study as st
 
 Checkpoints = list[tuple[int, str]]
 RETRY_S = 0.2  # how soon a trial whose tell waited applies the policy again
+FEW = 64  # up to this many trials are read one by one, more with the study's whole list
 
 
 class Retainer:
@@ -73,10 +75,11 @@ class Retainer:
         """Apply the policy to the whole study; record checkpoints and bytes of the trials that
         ended (`ended`), lost checkpoints, or (`final`) were seen by this driver. Never raises."""
         try:
-            trials = self.study.get_trials(deepcopy=False)
             if self.conf is None:  # nothing to delete: rows for the trials to record only,
                 want = ended | self.told_late | (set(self.seen) if final else set())
-                trials = _numbered(trials, want)  # not the whole study's at each trial's end
+                trials = self._numbered(want)  # not the whole study's at each trial's end
+            else:
+                trials = self.study.get_trials(deepcopy=False)
             requeued = {t.user_attrs.get(names.REQUEUED_FROM) for t in trials}
             frontier = pbt_frontier(trials)
             rows = {t.number: self._row(t, t.number in requeued, frontier) for t in trials}
@@ -99,6 +102,11 @@ class Retainer:
                 self.study.set_user_attr(names.CHECKPOINT_BYTES, total)
         except Exception as e:
             self._warn(f"checkpoint retention: {one_line(e)}")
+
+    def _numbered(self, numbers: set[int]) -> list[Any]:
+        if len(numbers) <= FEW:
+            return st.trials_numbered(self.study, numbers)
+        return _numbered(self.study.get_trials(deepcopy=False), numbers)
 
     def _row(self, t: Any, requeued: bool, frontier: set[int]) -> r.TrialCheckpoints:
         a = t.user_attrs
