@@ -208,7 +208,9 @@ def _persist(ctx: TrialContext, metrics: dict[str, float], checkpoint_dir: str |
         ctx.persisting = False
     if persisted is not None and ctx.broker is not None:
         uri = ctx.storage_scheme + persisted.path
-        ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri)
+        # Waited for: a worker killed right after this report still leaves its checkpoint
+        # with the broker, so a retry resumes from it, not from the one before.
+        ray.get(ctx.broker.checkpointed.remote(ctx.lane_id, ctx.seq, ctx.step, uri))
     return True
 
 
