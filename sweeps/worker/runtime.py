@@ -124,18 +124,21 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
     persist = due and checkpoint_dir is not None
     if ctx.broker is not None:
         step, sent = ctx.step, clean if ctx.rank == 0 else None
+        # An answer still out is read before this report goes: the broker (an async actor) may
+        # run two reports in flight in either order, and the driver logs them as they come.
+        (step_before, before), ctx.pending_answer = ctx.pending_answer or (0, None), None
+        answer_before = ray.get(before)[0] if before is not None else Decision.CONTINUE
         ref = ctx.broker.report.remote(ctx.lane_id, ctx.seq, step, sent, persist)
         if ctx.world_size == 1 and not ctx.prunes and not persist:
             # No pruner, and no other rank to agree with on a checkpoint: the answer can only
             # be "cancelled", and may come an epoch late. This epoch's is read at the next
             # report, while the driver records it; a one-report trial of ~50 ms waited ~20 ms.
-            (step, ref), ctx.pending_answer = ctx.pending_answer or (0, None), (step, ref)
-            decision = ray.get(ref)[0] if ref is not None else Decision.CONTINUE
+            ctx.pending_answer = (step, ref)
+            step, decision = step_before, answer_before
         else:
             # An epoch that persists a checkpoint waits: the driver records each checkpoint
             # before the next one exists. Ray Train keeps only the newest few, and a worker
             # running ahead would leave a resumed sweep a deleted one to continue from.
-            ctx.pending_answer = None  # this answer comes later, and says as much
             decision, persist = ray.get(ref)
         if decision is Decision.PRUNE:
             raise TrialPruned(f"pruned at step {step}")
