@@ -269,7 +269,7 @@ def test_a_report_waits_for_its_answer_only_where_it_can_prune(ctx, monkeypatch,
         return
     runtime.report({"acc": 0.2})  # reads step 1's answer: go on
     with pytest.raises(runtime.TrialPruned, match="cancelled at step 2"):
-        runtime.report({"acc": 0.3})  # step 3 was sent; step 2's answer stops the trial
+        runtime.report({"acc": 0.3})  # step 2's answer stops the trial before step 3 goes
     assert broker.waits == [1, 2]
 
 
@@ -283,7 +283,23 @@ def test_a_report_that_persists_a_checkpoint_waits_for_its_answer(ctx, monkeypat
     monkeypatch.setattr(runtime, "_persist", lambda *a: None)
     ctx.broker, ctx.prunes = broker, False
     runtime.report({"acc": 0.1})  # nothing to persist: not waited for
+    assert broker.waits == []
     runtime.report({"acc": 0.2}, checkpoint_dir="/saved")
-    assert broker.waits == [2], "its own answer, at once"
+    assert broker.waits == [1, 2], "the answer still out, then its own, at once"
     runtime.report({"acc": 0.3})
-    assert broker.waits == [2], "the next one goes on without waiting again"
+    assert broker.waits == [1, 2], "the next one goes on without waiting again"
+
+
+def test_a_cancel_still_out_stops_a_report_that_persists(ctx, monkeypatch):
+    """The answer an epoch late is read before the next report goes, checkpoint or not: a
+    cancelled trial does not send (or save) another epoch."""
+    import ray
+
+    broker = _Answers({1: Decision.CANCEL, 2: Decision.CONTINUE})
+    monkeypatch.setattr(ray, "get", broker.get)
+    monkeypatch.setattr(runtime, "_persist", lambda *a: pytest.fail("saved after a cancel"))
+    ctx.broker, ctx.prunes = broker, False
+    runtime.report({"acc": 0.1})
+    with pytest.raises(runtime.TrialPruned, match="cancelled at step 1"):
+        runtime.report({"acc": 0.2}, checkpoint_dir="/saved")
+    assert broker.waits == [1]

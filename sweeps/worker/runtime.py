@@ -103,6 +103,16 @@ def _check_finite(metrics: dict[str, float], step: int) -> None:
             raise FloatingPointError(f"metric '{k}' is {v} at step {step}: stopped early")
 
 
+def _act_on(decision: Decision, step: int) -> None:
+    """Stop the trial where the driver's answer to the report at `step` says so."""
+    if decision is Decision.PRUNE:
+        raise TrialPruned(f"pruned at step {step}")
+    if decision is Decision.CANCEL:
+        raise TrialPruned(f"cancelled at step {step}")
+    if decision is not Decision.CONTINUE:
+        raise ProtocolError(f"report at step {step} got {decision!r}, not a Decision")
+
+
 def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> None:
     """Report one epoch's metrics (every rank, once per epoch).
 
@@ -127,25 +137,20 @@ def report(metrics: dict[str, Any], *, checkpoint_dir: str | None = None) -> Non
         # An answer still out is read before this report goes: the broker (an async actor) may
         # run two reports in flight in either order, and the driver logs them as they come.
         (step_before, before), ctx.pending_answer = ctx.pending_answer or (0, None), None
-        answer_before = ray.get(before)[0] if before is not None else Decision.CONTINUE
+        if before is not None:
+            _act_on(ray.get(before)[0], step_before)
         ref = ctx.broker.report.remote(ctx.lane_id, ctx.seq, step, sent, persist)
         if ctx.world_size == 1 and not ctx.prunes and not persist:
             # No pruner, and no other rank to agree with on a checkpoint: the answer can only
             # be "cancelled", and may come an epoch late. This epoch's is read at the next
             # report, while the driver records it; a one-report trial of ~50 ms waited ~20 ms.
             ctx.pending_answer = (step, ref)
-            step, decision = step_before, answer_before
         else:
             # An epoch that persists a checkpoint waits: the driver records each checkpoint
             # before the next one exists. Ray Train keeps only the newest few, and a worker
             # running ahead would leave a resumed sweep a deleted one to continue from.
             decision, persist = ray.get(ref)
-        if decision is Decision.PRUNE:
-            raise TrialPruned(f"pruned at step {step}")
-        if decision is Decision.CANCEL:
-            raise TrialPruned(f"cancelled at step {step}")
-        if decision is not Decision.CONTINUE:
-            raise ProtocolError(f"report at step {step} got {decision!r}, not a Decision")
+            _act_on(decision, step)
     # Only epochs with something to save pay for Ray Train's report (a barrier + upload); rank
     # 0 decides, so ranks that pass no directory still join the barrier.
     if persist and _persist(ctx, clean, checkpoint_dir):
