@@ -4,8 +4,8 @@
 and checks the schema through alembic: 0.5 s of a `sweeps ls` that should answer in well under
 a second. A reader needs none of that when the database already holds the schema of the
 installed Optuna, which one SELECT of alembic's revision row says: it then reads with plain
-SELECTs (`optuna_tables`, `bulk`, `sql_rows`: a SQLite file through the stdlib, no
-SQLAlchemy) a light study with what `queries` reads of one. Any other
+SELECTs (`optuna_tables`, `bulk`, `sql_rows`: a SQLite file through the stdlib, PostgreSQL
+through psycopg, no SQLAlchemy) a light study with what `queries` reads of one. Any other
 database (no such row, another revision, a journal or in-memory storage) opens through Optuna,
 so Optuna's own message about an old schema is what the user reads.
 """
@@ -105,12 +105,16 @@ def _light(url: str) -> _LightStore | None:
 
 
 def _db_errors() -> tuple[type[BaseException], ...]:
-    """A database's errors: sqlite3's, and SQLAlchemy's where it is loaded."""
+    """A database's errors: sqlite3's, and SQLAlchemy's and psycopg's where they are loaded."""
     import sqlite3
     import sys
 
-    exc = sys.modules.get("sqlalchemy.exc")
-    return (sqlite3.Error,) + ((exc.SQLAlchemyError,) if exc is not None else ())
+    exc, pg = sys.modules.get("sqlalchemy.exc"), sys.modules.get("psycopg")
+    return (
+        (sqlite3.Error,)
+        + ((exc.SQLAlchemyError,) if exc is not None else ())
+        + ((pg.Error,) if pg is not None else ())
+    )
 
 
 def load_for_reading(name: str, url: str) -> Any:
