@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.execution.raytrain import NO_AUTOSCALER_ENV
-
 # Real services on loopback (PostgreSQL, mlflow server, GCS emulator) as fixtures.
 pytest_plugins = ["services"]
 
@@ -20,9 +18,11 @@ BYO = Path(__file__).resolve().parent / "byo"
 def ray_cluster():
     import ray
 
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-    # No autoscaler reads Ray Train's resource requests here, as on a Ray `ensure_ray` starts.
-    os.environ.setdefault(NO_AUTOSCALER_ENV, "1")
+    from sweeps.execution.cluster import set_ray_env
+
+    # Ray Train set as on the local Ray a sweep starts (`ensure_ray`): its health-check
+    # interval, no preemption watcher, no metrics, no autoscaler requests.
+    set_ray_env(own=True)
     # 4 logical CPUs on a 2-core machine: two 2-worker lanes fit; the work itself is tiny.
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray

@@ -28,6 +28,23 @@ PROPAGATE = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "SWEEPS_
 _OWN_CLUSTER: list[bool] = []
 
 
+def set_ray_env(own: bool) -> None:
+    """Ray Train's settings for a sweep, in this process's environment before Ray starts (its
+    processes inherit it); `own`: a local Ray this process starts, not a cluster it joins."""
+    # Faster worker-group polling: Ray Train's default 2 s adds seconds to every lane's end.
+    os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    if own:
+        # A Ray of this process's own, on this machine: no node of it is drained, and nothing
+        # scrapes its metrics. Ray Train's preemption watcher (one more actor process per lane:
+        # 1.5 s of CPU to start, taken from the trials of the lanes already running) and its
+        # per-report metrics only cost.
+        os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+        os.environ.setdefault("RAY_TRAIN_METRICS_ENABLED", "0")
+        # Nor does an autoscaler read Ray Train's resource requests (execution/raytrain.py).
+        os.environ.setdefault(NO_AUTOSCALER_ENV, "1")
+
+
 def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = None) -> None:
     """Connect to `address` (a cluster's GCS host:port), or start a local Ray of this process's
     own: never attach to whichever Ray happens to run on the machine."""
@@ -35,18 +52,7 @@ def ensure_ray(address: str | None = None, runtime_env: dict[str, Any] | None = 
 
     if ray.is_initialized():
         return
-    # Faster worker-group polling: Ray Train's default 2 s adds seconds to every lane's end.
-    os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_S)
-    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-    if not address:
-        # A Ray of this process's own, on this machine (its processes inherit this
-        # environment): no node of it is drained, and nothing scrapes its metrics. Ray Train's
-        # preemption watcher (one more actor process per lane: 1.5 s of CPU to start, taken
-        # from the trials of the lanes already running) and its per-report metrics only cost.
-        os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-        os.environ.setdefault("RAY_TRAIN_METRICS_ENABLED", "0")
-        # Nor does an autoscaler read Ray Train's resource requests (execution/raytrain.py).
-        os.environ.setdefault(NO_AUTOSCALER_ENV, "1")
+    set_ray_env(own=not address)
     if address and address.startswith(("http://", "https://")):
         raise SpecError(
             f"RAY_ADDRESS={address} is a Jobs API URL: use `sweeps submit` with it, or set "
